@@ -1,0 +1,42 @@
+# Two commands: `make run` installs and starts the app (offline default), `make test` installs
+# the test tools and runs the suite. Everything goes into a local virtualenv, .venv/.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8501
+
+.PHONY: run test test-slow test-browser lint bench bench-quick clean
+
+$(VENV)/.runtime: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+run: $(VENV)/.runtime
+	$(PY) -m streamlit run app.py --server.port $(PORT)
+
+test: $(VENV)/.dev
+	$(PY) -m pytest -m "not slow"
+
+test-slow: $(VENV)/.dev
+	$(PY) -m pytest -m slow
+
+test-browser: $(VENV)/.dev
+	$(PY) -m pytest -m browser
+
+lint: $(VENV)/.dev
+	$(PY) -m ruff check .
+
+bench: $(VENV)/.dev
+	$(PY) benchmarks/run_all.py
+
+bench-quick: $(VENV)/.dev
+	$(PY) benchmarks/run_all.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,41 @@
+"""Answerer registry. Entries are classes or ``"module:Class"`` strings resolved on first use, so
+importing this package pulls in neither google-genai nor modules that are not written yet."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .base import Answerer, HistoryTurn, Source
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+ANSWERERS: dict[str, type | str] = {
+    "gemini": "marginalia_core.answerers.gemini:GeminiAnswerer",
+    "extractive": "marginalia_core.answerers.extractive:ExtractiveAnswerer",
+}
+
+
+def answerer_class(name: str) -> type:
+    """The class registered under ``name`` (importing it if registered by path)."""
+    try:
+        entry = ANSWERERS[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown answerer {name!r}; choose one of: {', '.join(sorted(ANSWERERS))}"
+        ) from None
+    if isinstance(entry, str):
+        module_name, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module_name), attr)
+        ANSWERERS[name] = entry
+    return entry
+
+
+def get_answerer(settings: Settings, **kwargs: Any) -> Answerer:
+    """The answerer ``settings.answerer_name`` selects ("gemini" when a key is set, else
+    "extractive"), built as ``cls(settings, **kwargs)``."""
+    return answerer_class(settings.answerer_name)(settings, **kwargs)
+
+
+__all__ = ["ANSWERERS", "Answerer", "HistoryTurn", "Source", "answerer_class", "get_answerer"]

@@ -1,0 +1,155 @@
+"""The chat engine: question -> retrieve -> ``meta`` -> ``token``... -> ``done`` | ``error``.
+
+``meta`` carries every retrieved source before the first token, so marks are clickable the moment
+the answer starts. The question and its answer are saved together, only once the answer is
+complete, with only the sources the answer actually cites; a failed, interrupted or abandoned
+answer (the consumer closing the generator) saves nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from . import events
+from .answerers.base import Answerer
+from .citations import cited
+from .config import Settings
+from .errors import MarginaliaError
+from .prompting import (
+    NO_DOCUMENTS_ANSWER,
+    NO_SOURCES_ANSWER,
+    build_system_instruction,
+    retrieval_query,
+)
+from .retrieval import Retriever
+from .store import Store, new_id
+
+log = logging.getLogger(__name__)
+
+HISTORY = 10  # messages sent as user/model turns
+TITLE_CHARS = 64
+MAX_QUESTION_CHARS = 8_000
+
+
+def make_title(question: str) -> str:
+    return " ".join(question.split())[:TITLE_CHARS]
+
+
+class ChatEngine:
+    def __init__(self, store: Store, retriever: Retriever, answerer: Answerer, settings: Settings):
+        self.store = store
+        self.retriever = retriever
+        self.answerer = answerer
+        self.settings = settings
+
+    def ask(
+        self,
+        question: str,
+        conversation_id: str | None = None,
+        *,
+        k: int | None = None,
+        threshold: float | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        question = (question or "").strip()
+        if not question:
+            yield events.error("Ask a question first: the message is empty.", "empty")
+            return
+        if len(question) > MAX_QUESTION_CHARS:
+            yield events.error(
+                f"The question is too long ({len(question):,} characters; the limit is "
+                f"{MAX_QUESTION_CHARS:,}).",
+                "too_long",
+            )
+            return
+        try:
+            if conversation_id:
+                title = self.store.get_conversation(conversation_id)["title"]
+                history = [
+                    {"role": m["role"], "content": m["content"]}
+                    for m in self.store.messages(conversation_id, limit=HISTORY)
+                ]
+            else:
+                conversation_id, title, history = new_id(), make_title(question), []
+            hits = self.retriever.search(
+                retrieval_query(question, history), k=k, threshold=threshold
+            )
+        except MarginaliaError as exc:
+            yield events.error(exc.message, exc.reason)
+            return
+        except Exception as exc:
+            log.exception("retrieval failed")
+            yield events.error(f"Search failed: unexpected {type(exc).__name__}.", "internal")
+            return
+
+        sources = [hit.as_source(n) for n, hit in enumerate(hits, start=1)]
+        yield events.meta(conversation_id, title, sources)
+
+        if not sources:
+            answer = NO_SOURCES_ANSWER if len(self.retriever.index) else NO_DOCUMENTS_ANSWER
+            mismatch = self.retriever.mismatch()
+            if mismatch and not len(self.retriever.index):
+                answer = mismatch.message
+            yield events.token(answer)
+            yield from self._finish(conversation_id, title, question, answer, sources)
+            return
+
+        parts: list[str] = []
+        try:
+            for piece in self.answerer.stream(
+                question,
+                sources,
+                history,
+                system_instruction=build_system_instruction(sources),
+            ):
+                if piece:
+                    parts.append(piece)
+                    yield events.token(piece)
+        except MarginaliaError as exc:
+            yield events.error(exc.message, exc.reason, conversationId=conversation_id)
+            return
+        except Exception as exc:
+            log.exception("answerer failed")
+            yield events.error(
+                f"The answer failed: unexpected {type(exc).__name__}. Nothing was saved.",
+                "internal",
+                conversationId=conversation_id,
+            )
+            return
+        answer = "".join(parts)
+        if not answer.strip():
+            yield events.error(
+                "The model returned an empty answer. Nothing was saved.",
+                "empty_answer",
+                conversationId=conversation_id,
+            )
+            return
+        yield from self._finish(conversation_id, title, question, answer, sources)
+
+    def _finish(
+        self,
+        conversation_id: str,
+        title: str,
+        question: str,
+        answer: str,
+        sources: list[dict[str, Any]],
+    ) -> Iterator[dict[str, Any]]:
+        valid, invalid = cited(answer, len(sources))
+        keep = [s for s in sources if s["n"] in valid]
+        try:
+            _, message = self.store.add_exchange(conversation_id, title, question, answer, keep)
+        except Exception as exc:
+            log.exception("saving the answer failed")
+            yield events.error(
+                f"The answer could not be saved ({type(exc).__name__}).",
+                "storage",
+                conversationId=conversation_id,
+            )
+            return
+        yield events.done(
+            messageId=message["id"],
+            conversationId=conversation_id,
+            citations=valid,
+            invalidCitations=invalid,
+        )

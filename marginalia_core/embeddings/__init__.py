@@ -1,0 +1,41 @@
+"""Embedding providers, chosen by name from settings. Built-ins are registered like plugins."""
+
+from __future__ import annotations
+
+import importlib
+
+from ..config import Settings
+from .base import Embedder, EmbedderBase, embedder_key, l2_normalize
+
+# name -> "module:Class"; imported on first use so a missing optional dependency only matters
+# when that provider is chosen
+EMBEDDERS: dict[str, str] = {
+    "local": "marginalia_core.embeddings.local:LocalEmbedder",
+    "gemini": "marginalia_core.embeddings.gemini:GeminiEmbedder",
+}
+
+
+def embedder_class(name: str) -> type:
+    try:
+        target = EMBEDDERS[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown embedder {name!r}; choose one of: {', '.join(sorted(EMBEDDERS))}"
+        ) from None
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_embedder(settings: Settings) -> Embedder:
+    return embedder_class(settings.embedder_name)(settings)
+
+
+__all__ = [
+    "EMBEDDERS",
+    "Embedder",
+    "EmbedderBase",
+    "embedder_class",
+    "embedder_key",
+    "get_embedder",
+    "l2_normalize",
+]

@@ -1,0 +1,241 @@
+"""Ingestion as a stream of events: extract -> chunk -> embed -> store, one file at a time.
+
+Nothing is written until every chunk is embedded; the document and its chunks then go in one
+transaction, so a failure (or a kill) at any point leaves the database as it was. Expected
+failures become an ``error`` event with a plain reason; one bad file never stops a batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import events
+from .chunking import chunk_text
+from .config import Settings
+from .embeddings.base import Embedder
+from .errors import MarginaliaError, TooLargeError
+from .extraction import extract
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+PROGRESS_POLL_S = 0.1
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _embed_with_progress(
+    embedder: Embedder, texts: list[str], file: str
+) -> Iterator[dict[str, Any] | np.ndarray]:
+    """Run the embedder in a worker thread, yielding progress events, then the matrix."""
+    updates: queue.Queue = queue.Queue()
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["vectors"] = embedder.embed_documents(
+                texts, progress=lambda d, t: updates.put((d, t))
+            )
+        except BaseException as exc:  # surfaced in the consuming thread
+            result["error"] = exc
+        finally:
+            updates.put(None)
+
+    worker = threading.Thread(target=work, name="marginalia-embed", daemon=True)
+    worker.start()
+    yield events.stage("embedding", file, done=0, total=len(texts))
+    while True:
+        item = updates.get()
+        if item is None:
+            break
+        done, total = item
+        yield events.stage("embedding", file, done=done, total=total)
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    yield result["vectors"]
+
+
+def ingest_bytes(
+    store: Store,
+    embedder: Embedder,
+    settings: Settings,
+    name: str,
+    data: bytes,
+    *,
+    mime: str | None = None,
+    password: str | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Index one file's bytes; yields ``stage`` events then ``done`` or ``error``."""
+    name = safe_name(name)
+    try:
+        yield events.stage("extracting", name)
+        if len(data) > settings.max_upload_bytes:
+            raise TooLargeError(too_large_message(name, settings))
+        digest = content_hash(data)
+        existing = store.find_by_hash(digest)
+        replace_id = None
+        if existing:
+            if (existing["embed_model"], existing["embed_dim"]) == (
+                embedder.model,
+                embedder.dimension,
+            ):
+                yield events.done(document=existing, duplicate=True, file=name,
+                                  message=f"{name} is already indexed as {existing['name']}.")
+                return
+            replace_id = existing["id"]  # indexed by another embedder: re-index in place
+        extracted = extract(
+            name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes
+        )
+        yield events.stage("chunking", name, characters=len(extracted.text))
+        chunks = chunk_text(
+            extracted.text,
+            target=settings.chunk_target,
+            overlap=settings.chunk_overlap,
+            page_starts=extracted.page_starts,
+        )
+        yield events.stage("chunking", name, chunks=len(chunks))
+        vectors = None
+        for item in _embed_with_progress(embedder, [c.text for c in chunks], name):
+            if isinstance(item, np.ndarray):
+                vectors = item
+            else:
+                yield item
+        yield events.stage("storing", name, chunks=len(chunks))
+        doc = store.add_document(
+            name=name,
+            mime=extracted.mime,
+            size=len(data),
+            content_hash=digest,
+            embed_model=embedder.model,
+            embed_dim=embedder.dimension,
+            chunks=chunks,
+            embeddings=vectors,
+            page_count=extracted.page_count,
+            chunk_target=settings.chunk_target,
+            chunk_overlap=settings.chunk_overlap,
+            text=extracted.text,
+            page_starts=extracted.page_starts,
+            replace_id=replace_id,
+        )
+        yield events.done(document=doc, duplicate=False, file=name)
+    except MarginaliaError as exc:
+        yield events.error(exc.message, exc.reason, file=name)
+    except Exception as exc:  # never a traceback for the user; the log keeps it
+        log.exception("unexpected failure indexing %s", name)
+        yield events.error(
+            f"Could not index {name}: unexpected {type(exc).__name__}. Nothing was saved.",
+            "internal",
+            file=name,
+        )
+
+
+def ingest_path(
+    store: Store,
+    embedder: Embedder,
+    settings: Settings,
+    path: str | Path,
+    *,
+    password: str | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Index a file on disk, refusing an oversize one before reading it."""
+    path = Path(path)
+    name = safe_name(path.name)
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise MarginaliaError(f"{name} is not a regular file.")
+    except OSError as exc:
+        yield events.error(f"Cannot read {name}: {exc.strerror or exc}.", "unreadable", file=name)
+        return
+    except MarginaliaError as exc:
+        yield events.error(exc.message, "unreadable", file=name)
+        return
+    if size > settings.max_upload_bytes:
+        yield events.error(too_large_message(name, settings), TooLargeError.reason, file=name)
+        return
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        yield events.error(f"Cannot read {name}: {exc.strerror or exc}.", "unreadable", file=name)
+        return
+    yield from ingest_bytes(store, embedder, settings, name, data, password=password)
+
+
+def reindex_document(
+    store: Store,
+    embedder: Embedder,
+    settings: Settings,
+    document_id: str,
+    *,
+    target: int | None = None,
+    overlap: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Re-chunk and re-embed a stored document (new chunk sizes or a new embedder), replacing it
+    in one transaction."""
+    try:
+        doc = store.get_document(document_id)
+        name = doc["name"]
+        text, page_starts = store.document_source(document_id)
+        target = target or settings.chunk_target
+        overlap = settings.chunk_overlap if overlap is None else overlap
+        yield events.stage("chunking", name, characters=len(text))
+        chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
+        vectors = None
+        for item in _embed_with_progress(embedder, [c.text for c in chunks], name):
+            if isinstance(item, np.ndarray):
+                vectors = item
+            else:
+                yield item
+        yield events.stage("storing", name, chunks=len(chunks))
+        new = store.add_document(
+            name=name,
+            mime=doc["mime"],
+            size=doc["size"],
+            content_hash=doc["content_hash"],
+            embed_model=embedder.model,
+            embed_dim=embedder.dimension,
+            chunks=chunks,
+            embeddings=vectors,
+            page_count=doc["page_count"],
+            chunk_target=target,
+            chunk_overlap=overlap,
+            text=text,
+            page_starts=page_starts,
+            replace_id=document_id,
+            document_id=document_id,
+        )
+        yield events.done(document=new, duplicate=False, file=name, reindexed=True)
+    except MarginaliaError as exc:
+        yield events.error(exc.message, exc.reason, documentId=document_id)
+    except Exception as exc:
+        log.exception("unexpected failure re-indexing %s", document_id)
+        yield events.error(
+            f"Re-indexing failed: unexpected {type(exc).__name__}. The document is unchanged.",
+            "internal",
+            documentId=document_id,
+        )
+
+
+def too_large_message(name: str, settings: Settings) -> str:
+    return (
+        f"{name} is larger than the {settings.max_upload_mb:g} MB limit "
+        "(MARGINALIA_MAX_UPLOAD_MB)."
+    )
+
+
+def safe_name(name: str) -> str:
+    """A display name: no directories, no control characters, bounded length."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    cleaned = "".join(ch if ch.isprintable() else "_" for ch in base).strip()
+    return (cleaned or "unnamed")[:200]

@@ -1,0 +1,154 @@
+"""Versioned schema migrations, in the manner of llm's ``embeddings_migrations.py``: each step is a
+function applied once, in order, inside a transaction, and recorded in ``_migrations``."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[tuple[str, Migration]] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+@migration
+def m001_initial(conn: sqlite3.Connection) -> None:
+    conn.executescript(
+        """
+        CREATE TABLE documents (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            mime TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            chunk_count INTEGER NOT NULL,
+            page_count INTEGER NOT NULL DEFAULT 1,
+            content_hash TEXT NOT NULL UNIQUE,
+            embed_model TEXT NOT NULL,
+            embed_dim INTEGER NOT NULL,
+            chunk_target INTEGER NOT NULL,
+            chunk_overlap INTEGER NOT NULL,
+            created TEXT NOT NULL,
+            -- the extracted text and its page offsets, so re-chunking needs no original file
+            text TEXT NOT NULL DEFAULT '',
+            page_starts TEXT NOT NULL DEFAULT '[0]'
+        );
+        CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY,
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            start INTEGER NOT NULL,
+            "end" INTEGER NOT NULL,
+            page_start INTEGER NOT NULL,
+            page_end INTEGER NOT NULL,
+            embedding BLOB NOT NULL,
+            UNIQUE (document_id, idx)
+        );
+        CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            title TEXT NOT NULL,
+            created TEXT NOT NULL,
+            updated TEXT NOT NULL
+        );
+        CREATE INDEX conversations_updated ON conversations(updated);
+        CREATE TABLE messages (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            content TEXT NOT NULL,
+            sources TEXT NOT NULL DEFAULT '[]',
+            created TEXT NOT NULL
+        );
+        CREATE INDEX messages_conversation ON messages(conversation_id, created);
+        -- bumped by every write that changes the set of chunks, so in-memory indexes
+        -- (this process or another) know to reload
+        CREATE TABLE state (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        INSERT INTO state (key, value) VALUES ('generation', 0);
+        """
+    )
+
+
+@migration
+def m002_chunks_fts(conn: sqlite3.Connection) -> None:
+    """BM25 over chunk text, kept in step with ``chunks`` by triggers (external content)."""
+    conn.executescript(
+        """
+        CREATE VIRTUAL TABLE chunks_fts USING fts5(
+            content, content='chunks', content_rowid='id',
+            tokenize='porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+            INSERT INTO chunks_fts(rowid, content) VALUES (new.id, new.content);
+        END;
+        CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+            INSERT INTO chunks_fts(chunks_fts, rowid, content) VALUES ('delete', old.id, old.content);
+        END;
+        CREATE TRIGGER chunks_au AFTER UPDATE OF content ON chunks BEGIN
+            INSERT INTO chunks_fts(chunks_fts, rowid, content) VALUES ('delete', old.id, old.content);
+            INSERT INTO chunks_fts(rowid, content) VALUES (new.id, new.content);
+        END;
+        INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+        """
+    )
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Apply pending migrations; returns the names applied. Safe to call from several processes."""
+    conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT)")
+    applied: list[str] = []
+    for name, fn in MIGRATIONS:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            done = conn.execute("SELECT 1 FROM _migrations WHERE name = ?", (name,)).fetchone()
+            if done:
+                conn.execute("ROLLBACK")
+                continue
+            _run_in_transaction(conn, fn)
+            conn.execute(
+                "INSERT INTO _migrations (name, applied) VALUES (?, datetime('now'))", (name,)
+            )
+            conn.execute("COMMIT")
+            applied.append(name)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return applied
+
+
+def _run_in_transaction(conn: sqlite3.Connection, fn: Migration) -> None:
+    # executescript() would COMMIT first; the wrapper runs each statement inside our transaction.
+    fn(_ScriptConn(conn))  # type: ignore[arg-type]
+
+
+class _ScriptConn:
+    """Wraps a connection so a migration's ``executescript`` stays inside our transaction."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+
+    def executescript(self, script: str) -> None:
+        for statement in _split_sql(script):
+            self._conn.execute(statement)
+
+    def execute(self, *args, **kwargs):
+        return self._conn.execute(*args, **kwargs)
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split on ';' at statement ends, keeping trigger bodies (BEGIN … END;) whole."""
+    statements, buf = [], ""
+    for line in script.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--"):
+            continue
+        buf += line + "\n"
+        if sqlite3.complete_statement(buf):
+            statements.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        statements.append(buf.strip())
+    return statements

@@ -1,0 +1,83 @@
+"""Shared fixtures: real SQLite files in temporary folders, the real local embedder (loaded once),
+the fake Gemini server, and paths to ../shared/eval."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_EVAL = ROOT.parent / "shared" / "eval"
+PDFS = SHARED_EVAL / "pdfs"
+SAMPLES = ROOT / "samples"
+
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# No test may reach a real model service or hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+for var in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
+    os.environ.pop(var, None)
+
+from fake_gemini import fake_gemini_fixture, fake_gemini_server_fixture  # noqa: E402,F401
+
+from marginalia_core.config import Settings  # noqa: E402
+from marginalia_core.store import Store  # noqa: E402
+
+
+def requires_eval(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} is not present (../shared/eval is read-only shared data)")
+    return path
+
+
+@pytest.fixture
+def pdf_dir() -> Path:
+    return requires_eval(PDFS)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "marginalia.db"
+
+
+@pytest.fixture
+def store(db_path: Path):
+    s = Store(db_path)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def local_embedder():
+    from marginalia_core.embeddings.local import LocalEmbedder
+
+    return LocalEmbedder()
+
+
+@pytest.fixture
+def settings(db_path: Path) -> Settings:
+    return Settings(db_path=str(db_path), embedder="local", answerer="extractive")
+
+
+@pytest.fixture
+def workspace(settings: Settings, local_embedder):
+    from marginalia_core.workspace import Workspace
+
+    ws = Workspace(settings)
+    ws.__dict__["embedder"] = local_embedder  # share the loaded model across tests
+    yield ws
+    ws.close()
+
+
+@pytest.fixture
+def gemini_settings(db_path: Path, fake_gemini) -> Settings:
+    return Settings(
+        db_path=str(db_path),
+        gemini_api_key=fake_gemini.api_key,
+        gemini_base_url=fake_gemini.base_url,
+        gemini_timeout_s=5.0,
+    )

@@ -1,0 +1,366 @@
+"""Extraction against the real eval PDFs (driven by their MANIFEST) and crafted text files."""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import logging
+import random
+import re
+from pathlib import Path
+
+import pytest
+from pypdf import PdfWriter
+from pypdf.generic import DecodedStreamObject, NameObject
+
+from marginalia_core import extraction
+from marginalia_core.errors import (
+    BinaryFileError,
+    CorruptFileError,
+    EmptyFileError,
+    EncodingError,
+    EncryptedError,
+    ExtractionError,
+    NoTextLayerError,
+    TooLargeError,
+    UnsupportedTypeError,
+    WrongPasswordError,
+)
+from marginalia_core.extraction import (
+    MARKDOWN_MIME,
+    PDF_MIME,
+    TEXT_MIME,
+    Extracted,
+    MislabelledFileError,
+    extract,
+    sniff_mime,
+)
+
+PDF_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "pdfs"
+MANIFEST = PDF_DIR / "MANIFEST.tsv"
+needs_pdfs = pytest.mark.skipif(
+    not MANIFEST.is_file(), reason=f"eval PDFs not present at {PDF_DIR} (shared/eval/pdfs)"
+)
+
+# pypdf quirk: this file's *owner* password is empty, so it opens without the user password
+# (pypdf's decrypt("") reports OWNER_PASSWORD). Any password then "works".
+OPENS_WITHOUT_PASSWORD = {"pypdf__r6-user-password.pdf"}
+_PASSWORD = re.compile(r'(?:password|pw) "([^"]+)"')
+
+
+def _manifest() -> list[dict[str, str]]:
+    if not MANIFEST.is_file():
+        return []
+    with MANIFEST.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+ROWS = _manifest()
+ROW_IDS = [row["file"] for row in ROWS] or ["no-manifest"]
+
+
+def _load(row: dict[str, str]) -> bytes:
+    return (PDF_DIR / row["file"]).read_bytes()
+
+
+def _password(row: dict[str, str]) -> str | None:
+    match = _PASSWORD.search(row["why_interesting"])
+    return match.group(1) if match else None
+
+
+def _check_shape(result: Extracted, row: dict[str, str]) -> None:
+    pages = int(row["pages"])
+    assert result.mime == PDF_MIME
+    assert result.page_count == pages
+    assert len(result.page_starts) == pages
+    assert result.page_starts[0] == 0
+    assert result.page_starts == sorted(result.page_starts)
+    assert all(0 <= s <= len(result.text) for s in result.page_starts)
+    assert result.text == result.text.strip()
+    assert "\n\n\n" not in result.text and "  " not in result.text
+    # Normalization only trims whitespace/ligatures, so the size stays close to pypdf's.
+    expected, joins = int(row["pypdf_text_chars"]), 2 * (pages - 1)
+    assert 0.85 * expected - 5 <= len(result.text) <= expected + joins + 10
+
+
+@needs_pdfs
+@pytest.mark.parametrize("row", ROWS or [None], ids=ROW_IDS)
+def test_eval_pdf_without_password(row):
+    data = _load(row)
+    name = row["file"]
+    if row["encrypted"] == "True" and _password(row) and name not in OPENS_WITHOUT_PASSWORD:
+        with pytest.raises(EncryptedError) as err:
+            extract(name, data)
+        assert type(err.value) is EncryptedError
+        assert name in str(err.value) and "password" in str(err.value)
+    elif row["errors"]:  # pypdf cannot open it at all (unreadablemetadata)
+        with pytest.raises(CorruptFileError) as err:
+            extract(name, data)
+        assert name in str(err.value) and "damaged" in str(err.value)
+    elif row["pypdf_text_chars"] == "0":
+        with pytest.raises(NoTextLayerError) as err:
+            extract(name, data)
+        assert "OCR" in str(err.value)
+    else:
+        _check_shape(extract(name, data), row)
+
+
+@needs_pdfs
+@pytest.mark.parametrize(
+    "row", [r for r in ROWS if _password(r)] or [None], ids=lambda r: r["file"] if r else "none"
+)
+def test_eval_pdf_with_password(row):
+    name, data, password = row["file"], _load(row), _password(row)
+    result = extract(name, data, password=password)
+    _check_shape(result, row)
+    if name in OPENS_WITHOUT_PASSWORD:
+        assert extract(name, data, password="not-it").text == result.text
+    else:
+        with pytest.raises(WrongPasswordError) as err:
+            extract(name, data, password="not-it")
+        assert err.value.reason == "wrong_password"
+
+
+@needs_pdfs
+def test_owner_password_only_pdf_opens_without_password():
+    [row] = [r for r in ROWS if "owner-password only" in r["why_interesting"]]
+    result = extract(row["file"], _load(row))
+    assert "pdf encryption test" in result.text
+
+
+@needs_pdfs
+def test_multilang_text():
+    text = extract("multilang.pdf", (PDF_DIR / "pypdf__multilang.pdf").read_bytes()).text
+    for phrase in ("Hello World", "Привет, мир", "مرحبا بالعالم", "你好世界", "สวัสดีชาวโลก"):
+        assert phrase in text
+
+
+@needs_pdfs
+def test_multipage_offsets_point_at_each_page():
+    data = (PDF_DIR / "sf__pdflatex-4-pages.pdf").read_bytes()
+    result = extract("four.pdf", data)
+    starts = result.page_starts
+    for i, start in enumerate(starts):
+        end = starts[i + 1] - 2 if i + 1 < len(starts) else len(result.text)
+        page = result.text[start:end]
+        assert page and page == page.strip()
+        if i + 1 < len(starts):
+            assert result.text[end : starts[i + 1]] == "\n\n"  # pages joined by a blank line
+
+
+@needs_pdfs
+def test_short_real_text_is_not_mistaken_for_a_scan():
+    for name in ("sf__habibi.pdf", "sf__annotated_pdf.pdf", "pypdf__issue-297.pdf"):
+        assert extract(name, (PDF_DIR / name).read_bytes()).text
+
+
+@needs_pdfs
+def test_pypdf_warnings_are_silenced(caplog):
+    caplog.set_level(logging.WARNING)
+    extract("broken-xref.pdf", (PDF_DIR / "pypdf__issue-297.pdf").read_bytes())
+    assert not [r for r in caplog.records if r.name.startswith("pypdf")]
+
+
+@needs_pdfs
+def test_truncated_pdf_is_corrupt():
+    data = (PDF_DIR / "sf__pdflatex-4-pages.pdf").read_bytes()
+    for fraction in (0.1, 0.5, 0.95):
+        with pytest.raises(CorruptFileError) as err:
+            extract("cut.pdf", data[: int(len(data) * fraction)])
+        message = str(err.value)
+        assert "cut.pdf" in message and "damaged or incomplete" in message
+        assert "Traceback" not in message and "\n" not in message
+
+
+@needs_pdfs
+def test_pdf_named_txt_is_mislabelled():
+    data = (PDF_DIR / "sf__minimal-document.pdf").read_bytes()
+    with pytest.raises(MislabelledFileError) as err:
+        extract("notes.txt", data)
+    assert "is a PDF" in str(err.value) and "rename" in str(err.value)
+    assert extract("notes", data).mime == PDF_MIME  # no extension: the content decides
+
+
+# ------------------------------------------------------------------ PDFs built with pypdf
+
+
+def _pdf_bytes(writer: PdfWriter) -> bytes:
+    buf = io.BytesIO()
+    writer.write(buf)
+    return buf.getvalue()
+
+
+def _blank_pdf(pages: int) -> bytes:
+    writer = PdfWriter()
+    for _ in range(pages):
+        writer.add_blank_page(width=200, height=200)
+    return _pdf_bytes(writer)
+
+
+def test_blank_pages_have_no_text_layer():
+    with pytest.raises(NoTextLayerError) as err:
+        extract("scan.pdf", _blank_pdf(3))
+    assert err.value.reason == "no_text" and "scan.pdf" in str(err.value)
+
+
+def test_page_count_guard(monkeypatch):
+    monkeypatch.setattr(extraction, "MAX_PAGES", 5)
+    with pytest.raises(TooLargeError) as err:
+        extract("bomb.pdf", _blank_pdf(6))
+    assert "6 pages" in str(err.value)
+
+
+@needs_pdfs
+def test_one_unreadable_page_is_skipped():
+    writer = PdfWriter(clone_from=PDF_DIR / "sf__pdflatex-4-pages.pdf")
+    broken = DecodedStreamObject()
+    # Unbalanced "(" after a complete text object: pypdf's extract_text raises PdfStreamError.
+    broken.set_data(b"BT /F1 12 Tf (hello) Tj ET q Q ((((")
+    writer.pages[1][NameObject("/Contents")] = writer._add_object(broken)
+    result = extract("damaged.pdf", _pdf_bytes(writer))
+    assert result.skipped_pages == (2,)
+    assert result.page_count == 4 and len(result.page_starts) == 4
+    # The empty page shares its offset with the end of page 1; page 3 follows after "\n\n".
+    assert result.page_starts[2] == result.page_starts[1] + 2
+    assert result.text[result.page_starts[1] : result.page_starts[2]] == "\n\n"
+
+
+# ------------------------------------------------------------------------ plain text
+
+
+def test_utf8_with_bom_and_crlf():
+    result = extract("a.txt", codecs.BOM_UTF8 + "Grüße\r\nzweite\rdritte".encode())
+    assert result == Extracted("Grüße\nzweite\ndritte", TEXT_MIME, [0], 1)
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-be"])
+def test_utf16_and_utf32_with_bom(codec):
+    text = "Привет, мир — café\r\nnext line"
+    bom = {
+        "utf-16-le": codecs.BOM_UTF16_LE,
+        "utf-16-be": codecs.BOM_UTF16_BE,
+        "utf-32-be": codecs.BOM_UTF32_BE,
+    }.get(codec, b"")
+    assert extract("u.txt", bom + text.encode(codec)).text == text.replace("\r\n", "\n")
+
+
+def test_cp1252_fallback():
+    text = "Café – “quoted” costs €5, naïve façade."
+    assert extract("legacy.txt", text.encode("cp1252")).text == text
+
+
+def test_cp1251_mojibake_is_refused_not_indexed():
+    with pytest.raises(EncodingError) as err:
+        extract("russian.txt", "Привет, мир! Это проверка кодировки.".encode("cp1251"))
+    assert "UTF-8" in str(err.value)
+
+
+def test_shift_jis_is_refused():
+    with pytest.raises(EncodingError):
+        extract("jp.txt", "こんにちは世界、これはテストです。".encode("shift_jis"))
+
+
+def test_bytes_undefined_in_cp1252_are_refused():
+    with pytest.raises(EncodingError):
+        extract("odd.txt", b"abc \x81\x8d\x90 def \xff")
+
+
+def test_invalid_utf16_after_bom():
+    with pytest.raises(EncodingError):
+        extract("bad16.txt", codecs.BOM_UTF16_LE + b"\x00\xd8a")  # lone surrogate
+
+
+def test_binary_with_nul_bytes_refused():
+    data = random.Random(7).randbytes(4096)
+    with pytest.raises(BinaryFileError) as err:
+        extract("blob.txt", data)
+    assert "binary" in str(err.value)
+
+
+def test_binary_without_nuls_refused_by_control_ratio():
+    with pytest.raises(BinaryFileError):
+        extract("controls.md", bytes(range(1, 32)) * 50 + b"some text")
+
+
+def test_known_binary_format_named_txt():
+    with pytest.raises(BinaryFileError) as err:
+        extract("photo.txt", b"\x89PNG\r\n\x1a\n" + b"\x00" * 100)
+    assert "PNG image" in str(err.value)
+
+
+def test_few_control_chars_are_dropped_not_refused():
+    line = b"\x1b[31mERROR\x1b[0m the disk is nearly full, please free some space\n"
+    text = extract("log.txt", line * 3 + b"\x1a").text
+    assert text == "[31mERROR[0m the disk is nearly full, please free some space\n" * 3
+
+
+def test_markdown_keeps_indentation_and_mime():
+    source = "# Title\n\n    code block\n\ttabbed\n"
+    result = extract("README.MD", source.encode())
+    assert result.text == source and result.mime == MARKDOWN_MIME
+
+
+@pytest.mark.parametrize("data", [b"", b" \r\n\t \n", codecs.BOM_UTF8, "\u3000\n".encode()])
+def test_empty_and_whitespace_only(data):
+    with pytest.raises(EmptyFileError) as err:
+        extract("empty.txt", data)
+    assert "empty.txt" in str(err.value)
+
+
+def test_too_large_is_checked_before_parsing():
+    with pytest.raises(TooLargeError) as err:
+        extract("huge.pdf", b"not even a pdf" * 200_000, max_bytes=2 * 1024 * 1024)
+    assert "limit is 2 MB" in str(err.value) and "huge.pdf" in str(err.value)
+    extract("fits.txt", b"x" * 10, max_bytes=10)
+
+
+@pytest.mark.parametrize("name", ["report.docx", "sheet.xlsx", "archive.tar.gz", "image.PNG"])
+def test_unsupported_extension(name):
+    with pytest.raises(UnsupportedTypeError) as err:
+        extract(name, b"whatever")
+    message = str(err.value)
+    assert name in message
+    assert all(ext in message for ext in (".pdf", ".txt", ".md"))
+
+
+def test_random_bytes_named_pdf():
+    data = random.Random(1).randbytes(2048)
+    with pytest.raises(CorruptFileError) as err:
+        extract("fake.pdf", data)
+    assert isinstance(err.value, MislabelledFileError)
+    assert "is named .pdf but is not a PDF" in str(err.value)
+
+
+def test_text_named_pdf_says_so():
+    with pytest.raises(MislabelledFileError) as err:
+        extract("notes.pdf", b"just some notes")
+    assert "text file" in str(err.value)
+
+
+def test_pdf_header_junk_then_garbage_is_corrupt():
+    with pytest.raises(CorruptFileError) as err:
+        extract("junk.pdf", b"\n\n%PDF-1.7\n" + bytes(range(256)) * 20)
+    assert not isinstance(err.value, MislabelledFileError)
+
+
+def test_no_extension_uses_mime_hint():
+    assert extract("notes", b"# hi", mime="text/markdown; charset=utf-8").mime == MARKDOWN_MIME
+    assert extract("notes", b"plain").mime == TEXT_MIME
+
+
+def test_sniff_mime():
+    assert sniff_mime("x.txt", b"  %PDF-1.4 ...") == PDF_MIME
+    assert sniff_mime("x.md", b"# hello") == MARKDOWN_MIME
+    assert sniff_mime("x.pdf", b"hello") == TEXT_MIME
+    assert sniff_mime("x.txt", b"PK\x03\x04rest") == "application/zip"
+    assert sniff_mime("x.txt", b"a\x00b") == "application/octet-stream"
+    assert sniff_mime("x.txt", "hi".encode("utf-16")) == TEXT_MIME
+
+
+def test_every_refusal_is_an_extraction_error_with_a_reason():
+    samples = [("a.docx", b"x"), ("a.txt", b""), ("a.pdf", b"nope"), ("a.txt", b"\x00\x01")]
+    for name, data in samples:
+        with pytest.raises(ExtractionError) as err:
+            extract(name, data)
+        assert err.value.reason != "error" and name in str(err.value)

@@ -1,0 +1,55 @@
+"""Dense ranking over the in-memory matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from marginalia_core.chunking import chunk_text
+from marginalia_core.embeddings.base import l2_normalize
+from marginalia_core.ranking import Scored, VectorIndex, top_k
+
+
+def _doc(store, name, vectors):
+    chunks = chunk_text(" ".join(f"word{i}." for i in range(len(vectors) * 300)))[: len(vectors)]
+    assert len(chunks) == len(vectors)
+    return store.add_document(
+        name=name, mime="text/plain", size=1, content_hash=name, embed_model="m", embed_dim=4,
+        chunks=chunks, embeddings=np.asarray(vectors, dtype=np.float32), chunk_target=1400,
+        chunk_overlap=200,
+    )
+
+
+def test_top_k_matches_full_sort():
+    rng = np.random.default_rng(0)
+    scores = rng.random(1000).astype(np.float32)
+    ids = np.arange(1000, dtype=np.int64)
+    best = top_k(Scored(ids, scores), k=10)
+    assert best.chunk_ids.tolist() == np.argsort(-scores)[:10].tolist()
+    assert top_k(Scored(ids, scores), k=5000).chunk_ids.size == 1000
+
+
+def test_threshold_and_ties_are_deterministic():
+    ids = np.array([5, 3, 9, 1], dtype=np.int64)
+    scores = np.array([0.5, 0.5, 0.2, 0.9], dtype=np.float32)
+    best = top_k(Scored(ids, scores), k=3, threshold=0.3)
+    assert best.chunk_ids.tolist() == [1, 3, 5]
+
+
+def test_index_refreshes_when_documents_change(store):
+    index = VectorIndex(store, "m", 4)
+    assert len(index) == 0
+    doc = _doc(store, "a", l2_normalize(np.eye(4)[:3]))
+    q = l2_normalize(np.array([0, 1, 0.1, 0], dtype=np.float32))
+    hit = index.search(q, k=1)
+    assert len(index) == 3 and hit.scores[0] > 0.99
+    store.delete_document(doc["id"])
+    assert index.search(q, k=1).chunk_ids.size == 0  # never serves a deleted document
+
+
+def test_index_does_not_reload_without_changes(store):
+    _doc(store, "a", l2_normalize(np.eye(4)[:2]))
+    index = VectorIndex(store, "m", 4)
+    index.search(np.ones(4, dtype=np.float32), k=1)
+    matrix = index._matrix
+    index.search(np.ones(4, dtype=np.float32), k=1)
+    assert index._matrix is matrix

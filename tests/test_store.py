@@ -1,0 +1,170 @@
+"""The SQLite store: schema, migrations, transactions, cascades, thread safety."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import numpy as np
+import pytest
+
+from marginalia_core.chunking import chunk_text
+from marginalia_core.errors import NotFoundError
+from marginalia_core.migrations import MIGRATIONS
+from marginalia_core.store import Store, blob_to_vector
+
+
+def _add(store: Store, name: str = "a.txt", text: str = "Alpha beta. " * 300, dim: int = 8, **kw):
+    chunks = chunk_text(text)
+    vectors = np.random.default_rng(len(name)).normal(size=(len(chunks), dim)).astype(np.float32)
+    return store.add_document(
+        name=name, mime="text/plain", size=len(text), content_hash=kw.pop("content_hash", name),
+        embed_model=kw.pop("embed_model", "m"), embed_dim=dim, chunks=chunks, embeddings=vectors,
+        chunk_target=1400, chunk_overlap=200, text=text, **kw,
+    ), chunks, vectors
+
+
+def test_migrations_recorded_once(db_path):
+    s1 = Store(db_path)
+    s1.close()
+    s2 = Store(db_path)
+    names = [r[0] for r in s2.conn.execute("SELECT name FROM _migrations ORDER BY name")]
+    assert names == [name for name, _ in MIGRATIONS]
+    s2.close()
+
+
+def test_pragmas(store):
+    conn = store.conn
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_add_document_writes_chunks_and_vectors(store):
+    doc, chunks, vectors = _add(store)
+    assert doc["chunk_count"] == len(chunks) > 1
+    rows = store.document_chunks(doc["id"])
+    assert [r["idx"] for r in rows] == list(range(len(chunks)))
+    stored = store.conn.execute(
+        "SELECT embedding FROM chunks WHERE document_id = ? ORDER BY idx", (doc["id"],)
+    ).fetchall()
+    assert np.allclose(blob_to_vector(stored[0][0]), vectors[0])
+    assert len(stored[0][0]) == 8 * 4  # float32 little-endian
+    text, pages = store.document_source(doc["id"])
+    assert text.startswith("Alpha beta.") and pages == [0]
+
+
+def test_failed_write_leaves_nothing(store):
+    _add(store, "first.txt")
+    before = store.generation()
+    chunks = chunk_text("Some text here. " * 200)
+    bad = np.zeros((len(chunks) - 1, 8), dtype=np.float32)  # one vector short
+    with pytest.raises(ValueError):
+        store.add_document(
+            name="b", mime="text/plain", size=1, content_hash="b", embed_model="m", embed_dim=8,
+            chunks=chunks, embeddings=bad, chunk_target=1400, chunk_overlap=200,
+        )
+    # a constraint failure inside the transaction rolls back the document row too
+    with pytest.raises(sqlite3.IntegrityError):
+        _add(store, "first.txt")  # same content hash
+    assert [d["name"] for d in store.list_documents()] == ["first.txt"]
+    assert store.generation() == before
+    report = store.integrity_report()
+    assert report["integrity"] == "ok" and not report["mismatched_documents"]
+
+
+def test_delete_cascades_and_bumps_generation(store):
+    doc, _, _ = _add(store)
+    gen = store.generation()
+    assert store.delete_document(doc["id"])
+    assert store.generation() == gen + 1
+    assert store.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
+    assert store.conn.execute("SELECT COUNT(*) FROM chunks_fts").fetchone()[0] == 0
+    assert not store.delete_document(doc["id"])
+    with pytest.raises(NotFoundError):
+        store.get_document(doc["id"])
+
+
+def test_replace_is_atomic(store):
+    doc, _, _ = _add(store, content_hash="h")
+    new, chunks, _ = _add(store, "a.txt", text="Gamma delta. " * 50, content_hash="h",
+                          replace_id=doc["id"], document_id=doc["id"])
+    assert new["id"] == doc["id"]
+    assert store.get_document(doc["id"])["chunk_count"] == len(chunks)
+    assert len(store.document_chunks(doc["id"])) == len(chunks)
+
+
+def test_load_vectors_filters_by_embedder(store):
+    _add(store, "a.txt", embed_model="m1")
+    _add(store, "b.txt", embed_model="m2")
+    gen, ids, matrix = store.load_vectors("m1", 8)
+    assert gen == store.generation()
+    assert matrix.shape == (len(ids), 8) and matrix.dtype == np.float32
+    owners = {r["document_name"] for r in store.chunks_by_ids(ids.tolist()).values()}
+    assert owners == {"a.txt"}
+    assert store.embedder_counts() == {("m1", 8): 1, ("m2", 8): 1}
+
+
+def test_conversations_order_and_cascade(store):
+    a = store.create_conversation("first")
+    b = store.create_conversation("second")
+    store.add_message(a["id"], "user", "hello")
+    assert [c["id"] for c in store.list_conversations()] == [a["id"], b["id"]]
+    store.add_exchange(b["id"], "second", "q", "answer [1]", [{"n": 1, "content": "x"}])
+    convs = store.list_conversations()
+    assert convs[0]["id"] == b["id"] and convs[0]["message_count"] == 2
+    msgs = store.messages(b["id"])
+    assert [m["role"] for m in msgs] == ["user", "assistant"]
+    assert msgs[1]["sources"] == [{"n": 1, "content": "x"}]
+    assert store.delete_conversation(b["id"])
+    assert store.conn.execute(
+        "SELECT COUNT(*) FROM messages WHERE conversation_id = ?", (b["id"],)
+    ).fetchone()[0] == 0
+
+
+def test_add_exchange_creates_conversation_atomically(store):
+    store.add_exchange("c1", "title", "q", "a", [])
+    assert store.get_conversation("c1")["title"] == "title"
+    # the role check fails on the second insert -> the first is rolled back with it
+    with pytest.raises(sqlite3.IntegrityError), store.write():
+        store._insert_message("c1", "user", "q2", ())
+        store._insert_message("c1", "robot", "a2", ())
+    assert len(store.messages("c1")) == 2
+
+
+def test_messages_limit_keeps_latest_in_order(store):
+    conv = store.create_conversation("t")
+    for i in range(14):
+        store.add_message(conv["id"], "user" if i % 2 == 0 else "assistant", f"m{i}")
+    last = store.messages(conv["id"], limit=10)
+    assert [m["content"] for m in last] == [f"m{i}" for i in range(4, 14)]
+
+
+def test_threads_write_and_read_concurrently(db_path):
+    store = Store(db_path)
+    errors: list[BaseException] = []
+
+    def writer(i: int) -> None:
+        try:
+            for j in range(5):
+                _add(store, f"t{i}-{j}.txt", text=f"Thread {i} doc {j}. " * 100)
+        except BaseException as exc:  # pragma: no cover - surfaced below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(50):
+                _, ids, matrix = store.load_vectors("m", 8)
+                assert len(ids) == len(matrix)
+        except BaseException as exc:  # pragma: no cover
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(store.list_documents()) == 20
+    assert not store.integrity_report()["mismatched_documents"]
+    store.close()
