@@ -48,6 +48,12 @@ class CorruptFileError(ExtractionError):
     reason = "corrupt"
 
 
+class MislabelledFileError(CorruptFileError):
+    """The content contradicts the file's name (a ``.pdf`` that is a PNG, a ``.txt`` that is a PDF)."""
+
+    reason = "mislabelled"
+
+
 class EmptyFileError(ExtractionError):
     reason = "empty"
 

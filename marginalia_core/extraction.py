@@ -27,6 +27,7 @@ from .errors import (
     EmptyFileError,
     EncodingError,
     EncryptedError,
+    MislabelledFileError,
     NoTextLayerError,
     TooLargeError,
     UnsupportedTypeError,
@@ -55,6 +56,7 @@ _MIME_ALIASES: dict[str, str] = {
 # Acrobat (and pypdf) accept a "%PDF" header anywhere in the first KiB.
 PDF_MAGIC = b"%PDF"
 PDF_HEADER_WINDOW = 1024
+PDF_EOF = b"%%EOF"
 # A PDF bomb can declare millions of empty pages; real documents this long are rare.
 MAX_PAGES = 5000
 # ~7000 dense book pages; beyond this the embedding bill, not the parser, is the problem.
@@ -95,14 +97,14 @@ _BINARY_MAGIC: tuple[tuple[bytes, str, str], ...] = (
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "application/x-ole-storage", "an old Office file"),
     (b"\x1f\x8b", "application/gzip", "a gzip archive"),
     (b"\x7fELF", "application/x-executable", "a program"),
-    (b"MZ", "application/x-msdownload", "a Windows program"),
 )
 _MAGIC_DESCRIPTION = {mime: what for _, mime, what in _BINARY_MAGIC}
 _MAGIC_DESCRIPTION[PDF_MIME] = "a PDF"
 OCTET_STREAM = "application/octet-stream"
 
 _PYPDF_LOGGER = "pypdf"
-logging.getLogger(_PYPDF_LOGGER).setLevel(logging.ERROR)
+# pypdf logs recoverable damage at ERROR; we report what matters as our own typed errors
+logging.getLogger(_PYPDF_LOGGER).setLevel(logging.CRITICAL)
 
 # PDF text cleanup tables: ligatures hurt keyword search; soft hyphens are invisible noise;
 # control characters (pypdf emits stray NULs) become spaces, form/vertical feeds line breaks.
@@ -152,16 +154,6 @@ _MANY_NEWLINES = re.compile(r"\n{3,}")
 _HYPHEN_BREAK = re.compile(r"([^\W\d_])-\n([^\W\d_])")
 
 
-class MislabelledFileError(CorruptFileError):
-    """The content contradicts the file's name (e.g. a ``.pdf`` that is a PNG).
-
-    A subclass so callers catching CorruptFileError still work, with its own ``reason``
-    because the spec lists "mislabelled" as a refusal of its own.
-    """
-
-    reason = "mislabelled"
-
-
 @dataclass(frozen=True)
 class Extracted:
     """``page_starts[i]`` is the offset in ``text`` where page ``i + 1`` begins. An empty page
@@ -196,14 +188,21 @@ def _human_size(n: int) -> str:
     return f"{n} bytes"
 
 
-def _looks_like_pdf(data: bytes) -> bool:
-    return PDF_MAGIC in data[:PDF_HEADER_WINDOW]
+def _looks_like_pdf(data: bytes, *, strict: bool = False) -> bool:
+    """Loose: the header pypdf would accept. Strict also wants the header first (after
+    whitespace) or an end-of-file marker, so a note that merely mentions "%PDF-1.7" near its
+    top is not taken for a PDF."""
+    if PDF_MAGIC not in data[:PDF_HEADER_WINDOW]:
+        return False
+    if not strict:
+        return True
+    return data.lstrip().startswith(PDF_MAGIC) or PDF_EOF in data[-PDF_HEADER_WINDOW:]
 
 
 def sniff_mime(name: str, data: bytes) -> str:
     """What the bytes actually are, as a MIME type; the name only picks between the text types
     (plain vs Markdown) since those can't be told apart by content."""
-    if _looks_like_pdf(data):
+    if _looks_like_pdf(data, strict=True):
         return PDF_MIME
     for magic, mime, _ in _BINARY_MAGIC:
         if data.startswith(magic):
@@ -226,7 +225,7 @@ def _declared_mime(name: str, mime: str | None, data: bytes) -> str:
     hint = _MIME_ALIASES.get((mime or "").split(";", 1)[0].strip().lower())
     if hint:
         return hint
-    return PDF_MIME if _looks_like_pdf(data) else TEXT_MIME
+    return PDF_MIME if _looks_like_pdf(data, strict=True) else TEXT_MIME
 
 
 def extract(
@@ -241,6 +240,7 @@ def extract(
 
     Checks run cheapest first, so a huge or unsupported file is refused before any parsing.
     ``mime`` is only a hint for names without an extension (browsers report it unreliably).
+    A ``.txt``/``.md`` whose bytes are a PDF is refused as mislabelled, not parsed as a PDF.
     """
     data = bytes(data)
     name = _base_name(name) or "This file"
@@ -254,10 +254,14 @@ def extract(
         )
     actual = sniff_mime(name, data)
     if declared == PDF_MIME:
-        if actual != PDF_MIME:
+        if not _looks_like_pdf(data):
             what = _MAGIC_DESCRIPTION.get(actual)
             if what is None:
-                what = "a text file" if actual in (TEXT_MIME, MARKDOWN_MIME) else "unreadable data"
+                what = (
+                    "a text file"
+                    if actual in (TEXT_MIME, MARKDOWN_MIME)
+                    else "some other binary format"
+                )
             raise MislabelledFileError(
                 f"{name} is named .pdf but is not a PDF (it looks like {what})."
             )

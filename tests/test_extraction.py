@@ -22,6 +22,7 @@ from marginalia_core.errors import (
     EncodingError,
     EncryptedError,
     ExtractionError,
+    MislabelledFileError,
     NoTextLayerError,
     TooLargeError,
     UnsupportedTypeError,
@@ -32,7 +33,6 @@ from marginalia_core.extraction import (
     PDF_MIME,
     TEXT_MIME,
     Extracted,
-    MislabelledFileError,
     extract,
     sniff_mime,
 )
@@ -342,6 +342,11 @@ def test_pdf_header_junk_then_garbage_is_corrupt():
     with pytest.raises(CorruptFileError) as err:
         extract("junk.pdf", b"\n\n%PDF-1.7\n" + bytes(range(256)) * 20)
     assert not isinstance(err.value, MislabelledFileError)
+
+
+def test_text_mentioning_the_pdf_header_is_still_text():
+    note = b"# Notes\n\nEvery PDF begins with a header such as %PDF-1.7 and ends with a trailer."
+    assert extract("notes.md", note).text.startswith("# Notes")
 
 
 def test_no_extension_uses_mime_hint():
