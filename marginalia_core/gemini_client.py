@@ -13,6 +13,7 @@ from whichever is in use, so both are recognised here.
 from __future__ import annotations
 
 import importlib
+import json
 import random
 import re
 import threading
@@ -136,6 +137,12 @@ def scrub(text: str, api_key: str | None = None) -> str:
     return text
 
 
+def _is_unreadable_response(exc: BaseException) -> bool:
+    from google.genai import errors
+
+    return isinstance(exc, errors.UnknownApiResponseError | json.JSONDecodeError)
+
+
 def describe_api_error(exc: BaseException, *, api_key: str | None = None) -> str:
     """A plain, user-facing sentence for an SDK/HTTP failure. Never contains the API key."""
     code = _status(exc)
@@ -162,7 +169,7 @@ def describe_api_error(exc: BaseException, *, api_key: str | None = None) -> str
         )
     elif isinstance(exc, PROTOCOL_ERRORS + TRANSPORT_ERRORS):
         msg = "The connection to Gemini was lost before the response was complete."
-    elif isinstance(exc, ValueError) and "json" in str(exc).lower():
+    elif _is_unreadable_response(exc):
         msg = "Gemini sent a response that could not be read (malformed JSON)."
     else:
         msg = f"Unexpected error while talking to Gemini ({type(exc).__name__})."

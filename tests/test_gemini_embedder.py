@@ -319,6 +319,21 @@ def test_describe_api_error_messages():
     assert describe_api_error(_api_error(403, "denied")) == KEY_REJECTED
 
 
+def test_describe_transport_and_parse_errors():
+    import json
+
+    from google.genai.errors import UnknownApiResponseError
+
+    assert "timed out" in describe_api_error(gemini_client.TIMEOUT_ERRORS[0]("read"))
+    assert "Could not connect" in describe_api_error(gemini_client.CONNECT_ERRORS[0]("refused"))
+    lost = gemini_client.PROTOCOL_ERRORS[0]("peer closed connection")
+    assert "connection to Gemini was lost" in describe_api_error(lost)
+    bad_json = json.JSONDecodeError("Expecting value", "<html>", 0)
+    assert "could not be read" in describe_api_error(bad_json)
+    assert "could not be read" in describe_api_error(UnknownApiResponseError("x"))
+    assert "RuntimeError" in describe_api_error(RuntimeError("surprise"))
+
+
 def test_describe_api_error_never_contains_the_key():
     leaky = _api_error(400, f"Bad request for key {SECRET_BAD_KEY} ?key={SECRET_BAD_KEY}")
     text = describe_api_error(leaky, api_key=SECRET_BAD_KEY)
