@@ -52,9 +52,7 @@ class EmbeddingCache:
 
     def missing(self, texts: Sequence[str], role: str) -> list[int]:
         return [
-            i
-            for i, t in enumerate(texts)
-            if text_key(self.model_key, role, t) not in self._index
+            i for i, t in enumerate(texts) if text_key(self.model_key, role, t) not in self._index
         ]
 
     def _write(self, keys: list[bytes], vecs: np.ndarray) -> None:

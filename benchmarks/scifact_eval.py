@@ -40,13 +40,18 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _cache import CACHE_DIR, EmbeddingCache  # noqa: E402
 
 from marginalia_core import lexical  # noqa: E402
+from marginalia_core.config import Settings  # noqa: E402
+from marginalia_core.retrieval import Retriever  # noqa: E402
+from marginalia_core.store import Store  # noqa: E402
 
 DATA = (REPO / ".." / "shared" / "eval" / "scifact").resolve()
 RESULTS = REPO / "benchmarks" / "results"
 CANDIDATES = lexical.CANDIDATES  # chunks per list before fusion, as retrieval.py
 DEPTH = 100  # documents kept per query (Recall@100)
-QUICK_QUERIES = 40
-QUICK_RANDOM_DOCS = 200
+SPEED_SAMPLE = 96  # chunks embedded uncached to measure passages/s
+QUICK_QUERIES = 30
+QUICK_RANDOM_DOCS = 100
+PROJECT_K = 400  # passages asked of Retriever.search: enough for 100 distinct documents
 
 
 # --- data ------------------------------------------------------------------------------------
@@ -122,14 +127,20 @@ class _WholeDoc:  # stand-in for chunking.Chunk when chunking.py is absent
 
 def chunker(whole: bool = False) -> tuple[Callable[[str], list], dict]:
     if whole:
-        return (lambda t: [_WholeDoc(0, 0, len(t), t)]), {"chunking": "whole", "target": 0,
-                                                          "overlap": 0}
+        return (lambda t: [_WholeDoc(0, 0, len(t), t)]), {
+            "chunking": "whole",
+            "target": 0,
+            "overlap": 0,
+        }
     try:
         from marginalia_core import chunking
     except ImportError:
         print("! marginalia_core.chunking missing: whole documents", file=sys.stderr)
-        return (lambda t: [_WholeDoc(0, 0, len(t), t)]), {"chunking": "whole", "target": 0,
-                                                          "overlap": 0}
+        return (lambda t: [_WholeDoc(0, 0, len(t), t)]), {
+            "chunking": "whole",
+            "target": 0,
+            "overlap": 0,
+        }
     params = {"chunking": "chunk_text", "target": chunking.TARGET, "overlap": chunking.OVERLAP}
     return chunking.chunk_text, params
 
@@ -157,54 +168,31 @@ def progress_printer(label: str):
 def build_db(path: Path, docs, doc_chunks, vectors, embedder, params) -> sqlite3.Connection:
     """Load every chunk into a fresh SQLite file with the project's schema.
 
-    Uses ``Store.add_document`` when store.py (and its chunking import) is available, so the
-    benchmark exercises the app's own write path; otherwise inserts rows directly after
-    ``migrations.migrate``.
+    Uses ``Store.add_document``, so the benchmark exercises the app's own write path.
     """
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
     offsets = np.cumsum([0] + [len(c) for c in doc_chunks])
-    try:
-        from marginalia_core.store import Store
+    from marginalia_core.store import Store
 
-        store = Store(path)
-        for n, ((doc_id, text), chunks) in enumerate(zip(docs, doc_chunks, strict=True)):
-            store.add_document(
-                name=doc_id, mime="text/plain", size=len(text.encode()),
-                content_hash=hashlib.sha256(f"{doc_id}\0{text}".encode()).hexdigest(),
-                embed_model=embedder.model, embed_dim=embedder.dimension, chunks=chunks,
-                embeddings=vectors[offsets[n] : offsets[n + 1]], chunk_target=params["target"],
-                chunk_overlap=params["overlap"], text=text, document_id=doc_id,
-            )
-        store.close()
-        how = "Store.add_document"
-    except (ImportError, sqlite3.Error) as exc:  # store.py not there yet, or ahead of the schema
-        print(f"! Store unusable ({exc!r}): direct INSERT", file=sys.stderr)
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
-        from marginalia_core.migrations import migrate
-
-        conn = sqlite3.connect(path, isolation_level=None)
-        migrate(conn)
-        conn.execute("BEGIN")
-        for n, ((doc_id, text), chunks) in enumerate(zip(docs, doc_chunks, strict=True)):
-            conn.execute(
-                "INSERT INTO documents (id, name, mime, size, chunk_count, content_hash, "
-                "embed_model, embed_dim, chunk_target, chunk_overlap, created) "
-                "VALUES (?, ?, 'text/plain', ?, ?, ?, ?, ?, ?, ?, datetime('now'))",
-                (doc_id, doc_id, len(text), len(chunks),
-                 hashlib.sha256(f"{doc_id}\0{text}".encode()).hexdigest(), embedder.model,
-                 embedder.dimension, params["target"], params["overlap"]),
-            )
-            conn.executemany(
-                'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
-                "page_end, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(doc_id, c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
-                  vectors[offsets[n] + i].astype("<f4").tobytes()) for i, c in enumerate(chunks)],
-            )
-        conn.execute("COMMIT")
-        conn.close()
-        how = "direct INSERT after migrate()"
+    store = Store(path)
+    for n, ((doc_id, text), chunks) in enumerate(zip(docs, doc_chunks, strict=True)):
+        store.add_document(
+            name=doc_id,
+            mime="text/plain",
+            size=len(text.encode()),
+            content_hash=hashlib.sha256(f"{doc_id}\0{text}".encode()).hexdigest(),
+            embed_model=embedder.model,
+            embed_dim=embedder.dimension,
+            chunks=chunks,
+            embeddings=vectors[offsets[n] : offsets[n + 1]],
+            chunk_target=params["target"],
+            chunk_overlap=params["overlap"],
+            text=text,
+            document_id=doc_id,
+        )
+    store.close()
+    how = "Store.add_document"
     print(f"  database: {path} ({how})", file=sys.stderr)
     return sqlite3.connect(path, isolation_level=None)
 
@@ -223,8 +211,10 @@ def variants() -> list[tuple[str, dict]]:
     for norm in ("minmax", "zscore", "tmm"):
         for a in np.round(np.arange(0.2, 0.85, 0.05), 2):
             out.append(
-                (f"convex {norm} a={a:.2f}",
-                 {"method": "convex", "normalization": norm, "alpha": float(a)})
+                (
+                    f"convex {norm} a={a:.2f}",
+                    {"method": "convex", "normalization": norm, "alpha": float(a)},
+                )
             )
     return out
 
@@ -260,16 +250,22 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     doc_chunks = [chunk_fn(text) for _, text in docs]
     texts = [c.text for cs in doc_chunks for c in cs]
-    chunk_doc_list = [n for n, cs in enumerate(doc_chunks) for _ in cs]
     t_chunk = time.perf_counter() - t0
 
     embedder = make_embedder(args.embedder)
-    cache = EmbeddingCache(embedder.key, embedder.dimension)
+    cache_dir = Path(args.cache_dir) if args.cache_dir else CACHE_DIR
+    cache = EmbeddingCache(embedder.key, embedder.dimension, root=cache_dir)
     todo = len(cache.missing(texts, "document"))
     print(f"{len(docs)} docs -> {len(texts)} chunks ({params}); {todo} to embed", file=sys.stderr)
     t0 = time.perf_counter()
     vectors = cache.get(texts, embedder.embed_documents, progress=progress_printer("chunks"))
     t_embed = time.perf_counter() - t0
+    speed = None
+    if not args.quick:  # uncached throughput on a fixed sample of this corpus's chunks
+        sample = random.Random(7).sample(texts, min(SPEED_SAMPLE, len(texts)))
+        a = time.perf_counter()
+        embedder.embed_documents(sample)
+        speed = round(len(sample) / (time.perf_counter() - a), 1)
     qids = list(qrels)
     qtexts = [queries[q] for q in qids]
     t0 = time.perf_counter()
@@ -280,7 +276,9 @@ def run(args) -> dict:
     if args.quick:
         db_path = Path(tempfile.mkdtemp(prefix="scifact-quick-")) / "scifact.sqlite"
     else:
-        db_path = CACHE_DIR / f"scifact-{embedder.model}-{params['target']}-{params['overlap']}.sqlite"
+        db_path = (
+            cache_dir / f"scifact-{embedder.model}-{params['target']}-{params['overlap']}.sqlite"
+        )
     conn = build_db(db_path, docs, doc_chunks, vectors, embedder, params)
     # chunk ids in the database -> document index; matrix rows in chunk id order
     rows = conn.execute("SELECT id, document_id, embedding FROM chunks ORDER BY id").fetchall()
@@ -288,6 +286,8 @@ def run(args) -> dict:
     max_id = max(r[0] for r in rows)
     chunk_doc = np.full(max_id + 1, -1, dtype=np.int64)
     ids = np.array([r[0] for r in rows], dtype=np.int64)
+    row_of = np.full(max_id + 1, -1, dtype=np.int64)
+    row_of[ids] = np.arange(len(ids))
     for cid, did, _ in rows:
         chunk_doc[cid] = pos[did]
     matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), -1)
@@ -296,7 +296,7 @@ def run(args) -> dict:
 
     # per query: the two candidate lists (as retrieval.py builds them) + full dense doc ranking
     t0 = time.perf_counter()
-    dense_lists, lex_lists = {}, {}
+    dense_lists, lex_lists, filled = {}, {}, {}
     runs: dict[str, dict[str, list[str]]] = {"dense": {}, "bm25": {}}
     t_dense = t_lex = 0.0
     for qid, qv in zip(qids, qvecs, strict=True):
@@ -305,18 +305,27 @@ def run(args) -> dict:
         order = np.argsort(-scores, kind="stable")
         t_dense += time.perf_counter() - a
         dense_lists[qid] = [(int(ids[i]), float(scores[i])) for i in order[:CANDIDATES]]
-        runs["dense"][qid] = doc_ranking(
-            ((int(ids[i]), 0.0) for i in order), chunk_doc, doc_ids
-        )
+        runs["dense"][qid] = doc_ranking(((int(ids[i]), 0.0) for i in order), chunk_doc, doc_ids)
         a = time.perf_counter()
         lex_lists[qid] = lexical.bm25_search(conn, queries[qid], limit=CANDIDATES)
         t_lex += time.perf_counter() - a
         deep = lexical.bm25_search(conn, queries[qid], limit=1000)
         runs["bm25"][qid] = doc_ranking(deep, chunk_doc, doc_ids)
+        # exact other-signal scores for each list's candidates (re-ranking and "filled" fusion)
+        lex_cos = [(c, float(scores[row_of[c]])) for c, _ in lex_lists[qid]]
+        bm25_all = dict(deep)
+        dense_bm25 = [(c, bm25_all.get(c, 0.0)) for c, _ in dense_lists[qid]]
+        runs.setdefault("dense over bm25 top-200", {})[qid] = doc_ranking(
+            lexical.fuse(lex_cos, None, method="dense"), chunk_doc, doc_ids
+        )
+        runs.setdefault("bm25 over dense top-200", {})[qid] = doc_ranking(
+            lexical.fuse(None, dense_bm25, method="lexical"), chunk_doc, doc_ids
+        )
+        filled[qid] = (dense_lists[qid] + lex_cos, lex_lists[qid] + dense_bm25)
     t_rank = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    configs = [("default", {})] + variants()
+    configs = [("unfilled lists, fuse() defaults", {})] + variants()
     if args.quick:
         configs = configs[:1] + [c for c in configs[1:] if c[0] in QUICK_VARIANTS]
     for label, kw in configs:
@@ -324,7 +333,29 @@ def run(args) -> dict:
             q: doc_ranking(lexical.fuse(dense_lists[q], lex_lists[q], **kw), chunk_doc, doc_ids)
             for q in qids
         }
+    for label, kw in FILLED_VARIANTS:
+        runs[label] = {
+            q: doc_ranking(lexical.fuse(*filled[q], **kw), chunk_doc, doc_ids) for q in qids
+        }
     t_fuse = time.perf_counter() - t0
+
+    # the app's own query path end to end: Retriever.search embeds the question, scores the
+    # in-memory matrix, fills and fuses the lists exactly as a chat question is answered
+    t0 = time.perf_counter()
+    store = Store(db_path)
+    retriever = Retriever(store, embedder, Settings(db_path=str(db_path), threshold=-1.0))
+    modes = ("hybrid",) if args.quick else ("hybrid", "dense", "lexical")
+    for mode in modes:
+        runs[f"project {mode} (Retriever.search)"] = {
+            q: doc_ranking(
+                ((h.chunk_id, h.score) for h in retriever.search(queries[q], k=PROJECT_K, mode=mode)),
+                chunk_doc,
+                doc_ids,
+            )
+            for q in qids
+        }
+    store.close()
+    t_project = time.perf_counter() - t0
 
     metrics = {label: evaluate(r, qrels) for label, r in runs.items()}
     conn.close()
@@ -336,8 +367,11 @@ def run(args) -> dict:
         "chunking": params,
         "candidates_per_list": CANDIDATES,
         "defaults": {
-            "FUSION": lexical.FUSION, "NORMALIZATION": lexical.NORMALIZATION,
-            "ALPHA": lexical.ALPHA, "RRF_K": lexical.RRF_K, "RRF_WEIGHT": lexical.RRF_WEIGHT,
+            "FUSION": lexical.FUSION,
+            "NORMALIZATION": lexical.NORMALIZATION,
+            "ALPHA": lexical.ALPHA,
+            "RRF_K": lexical.RRF_K,
+            "RRF_WEIGHT": lexical.RRF_WEIGHT,
         },
         "documents": len(docs),
         "chunks": len(texts),
@@ -345,6 +379,7 @@ def run(args) -> dict:
         "timings_s": {
             "chunking": round(t_chunk, 2),
             "embed_chunks": round(t_embed, 1),
+            "passages_per_s_uncached": speed,
             "embedded_now": todo,
             "embed_queries": round(t_qembed, 2),
             "build_db": round(t_db, 1),
@@ -352,14 +387,23 @@ def run(args) -> dict:
             "bm25_ms_per_query": round(1000 * t_lex / n_q, 2),
             "rank_all": round(t_rank, 1),
             "fusion_variants": round(t_fuse, 1),
+            "project_retriever_all_modes": round(t_project, 1),
             "total": round(time.perf_counter() - t_start, 1),
         },
         "metrics": metrics,
-        "params": {label: kw for label, kw in configs},
+        "params": {label: kw for label, kw in configs + FILLED_VARIANTS},
     }
 
 
-QUICK_VARIANTS = {"rrf k=10", "rrf k=60", "convex minmax a=0.50", "convex zscore a=0.50"}
+# Diagnostics: both lists carry the exact other score of every candidate (cosine of BM25 hits
+# beyond the dense top 200, BM25 -- 0 when no term matches -- of dense hits), which
+# retrieval.py could supply; it does not today.
+FILLED_VARIANTS = [
+    (f"filled convex {n} a={a}", {"method": "convex", "normalization": n, "alpha": a})
+    for n in ("minmax", "zscore", "tmm")
+    for a in (0.45, 0.5, 0.55, 0.6)
+]
+QUICK_VARIANTS = {"rrf k=10", "rrf k=60", "convex minmax a=0.45", "convex zscore a=0.50"}
 
 
 # --- output ----------------------------------------------------------------------------------
@@ -370,16 +414,42 @@ def result_key(res: dict) -> str:
     return f"{res['split']}{'-quick' if res['quick'] else ''}|{res['embedder']}{whole}"
 
 
+def column_label(res: dict) -> str:
+    model = res["embedder"].split("@")[0]
+    whole = ", whole docs" if res["chunking"]["chunking"] == "whole" else ""
+    quick = " quick" if res["quick"] else ""
+    return f"{res['split']}{quick} ({model}{whole})"
+
+
 def markdown(results: dict) -> str:
-    """One table: a row per method, nDCG@10 / R@100 columns per stored split."""
-    keys = [k for k in sorted(results) if not results[k]["quick"]] or sorted(results)
+    """One table: a row per method, nDCG@10 / R@100 columns per stored run (train first)."""
+    keys = [k for k in results if not results[k]["quick"]] or list(results)
+    keys.sort(
+        key=lambda k: (
+            results[k]["chunking"]["chunking"] == "whole",
+            "L3" in results[k]["embedder"],
+            results[k]["split"] != "train",
+        )
+    )
     labels: list[str] = []
     for k in keys:
         for label in results[k]["metrics"]:
             if label not in labels:
                 labels.append(label)
-    head = "| method | " + " | ".join(f"{k} nDCG@10 | {k} R@100" for k in keys) + " |"
-    lines = [head, "|" + "---|" * (1 + 2 * len(keys))]
+    head = (
+        "| method | "
+        + " | ".join(f"{column_label(results[k])} nDCG@10 | R@100" for k in keys)
+        + " |"
+    )
+    lines = [
+        "SciFact (BEIR), document score = best chunk score, "
+        f"{CANDIDATES} candidates per list. `project hybrid (Retriever.search)` is the app's own "
+        "query path (filled lists, convex tmm, ALPHA 0.6); the other rows are variants computed "
+        "in this script. Tuned on train; test held out.",
+        "",
+        head,
+        "|" + "---|" * (1 + 2 * len(keys)),
+    ]
     for label in labels:
         cells = []
         for k in keys:
@@ -394,8 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", choices=["train", "test"], default="test")
     ap.add_argument("--quick", action="store_true", help="small query + corpus subset, < 60 s")
     ap.add_argument("--embedder", default="local", choices=["local", "paraphrase-l3"])
-    ap.add_argument("--whole", action="store_true",
-                    help="whole abstracts, no chunking (the field notes' reference setting)")
+    ap.add_argument(
+        "--whole",
+        action="store_true",
+        help="whole abstracts, no chunking (the field notes' reference setting)",
+    )
+    ap.add_argument("--cache-dir", help=f"embedding cache folder (default {CACHE_DIR})")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
     res = run(args)
@@ -410,8 +484,11 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(single))
     m = res["metrics"]
     best = max((lb for lb in m if lb not in ("dense", "bm25")), key=lambda lb: m[lb]["ndcg@10"])
-    print(f"\nbest fusion on {args.split}: {best} {m[best]['ndcg@10']:.4f}; "
-          f"default {m['default']['ndcg@10']:.4f}; timings {res['timings_s']}")
+    print(
+        f"\nbest fusion on {args.split}: {best} {m[best]['ndcg@10']:.4f}; "
+        f"project hybrid {m['project hybrid (Retriever.search)']['ndcg@10']:.4f}; "
+        f"timings {res['timings_s']}"
+    )
     return 0
 
 

@@ -4,10 +4,29 @@
 chunks with FTS5's built-in ``bm25()``, and ``fuse`` merges a dense (cosine) ranking with the
 BM25 ranking into one hybrid ranking.
 
-What was measured (benchmarks/scifact_eval.py; BEIR SciFact, chunks of 1400/200 characters,
-document score = best chunk score, all-MiniLM-L6-v2 int8; tuned on the 809 *train* queries,
-the 300 *test* queries held out; see benchmarks/results/scifact.md):
-FUSION_NOTE_PLACEHOLDER
+What was measured (benchmarks/scifact_eval.py; BEIR SciFact, 5,183 abstracts -> 8,154 chunks
+of TARGET 1400 / OVERLAP 200, all-MiniLM-L6-v2 int8, document score = best chunk score, 200
+candidates per list; chosen on the 809 *train* queries, the 300 *test* queries held out; full
+table in benchmarks/results/scifact.md). nDCG@10 train / test:
+
+- dense cosine 0.661 / 0.647; FTS5 BM25 (this module) 0.702 / 0.700;
+- plain RRF 0.727 (k = 1) / 0.717 (k = 10: 0.721 / 0.717); weighted RRF no better;
+- convex min-max, alpha 0.45: 0.735 / 0.734; z-score, alpha 0.5: 0.736 / 0.738;
+- with both lists *filled* (``filled_lists``: every candidate carries its exact cosine and its
+  exact BM25, 0 when no term matches), convex tmm, ALPHA 0.6: 0.738 / 0.740 -- the default.
+  tmm (theoretical minimum 0, observed maximum) stays sane for the tiny lists of a small
+  library, where min-max and z-score degenerate (one hit: full weight / zero spread).
+
+Min-max (alpha 0.45) and z-score (alpha 0.5) are 0.0005 apart on train, far inside the noise
+of 809 queries (alpha 0.40-0.55 spans 0.728-0.736 for both). Min-max was kept because it stays
+sane for the tiny lists of a small library: a single BM25 hit gets the full lexical weight
+under min-max and none under z-score (zero spread). Also measured on train and not worth their
+cost: tuning BM25's k1/b instead of FTS5's fixed 1.2/0.75 (best grid point +0.003 fused,
+benchmarks/scifact_bm25_grid.py), filling each list with the exact other score of every
+candidate (+0.003, would need retrieval.py to pass them), fusing at document level (no gain),
+more candidates (300: +0.001), Rocchio feedback on the query vector (no gain), the stopword
+list (+-0.002). With paraphrase-MiniLM-L3-v2 (about 6x faster, dense 0.54 / 0.51), the same
+default gives 0.705 / 0.694.
 """
 
 from __future__ import annotations
@@ -15,26 +34,28 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 # --- defaults, chosen on SciFact train (see the module docstring) -----------------------------
 FUSION = "convex"  # "convex" | "rrf"
-NORMALIZATION = "minmax"  # for "convex": "minmax" | "zscore" | "tmm" (theoretical-min-max)
-ALPHA = 0.5  # for "convex": weight of the dense score (1 - ALPHA goes to BM25)
-RRF_K = 60  # for "rrf": the k in 1 / (k + rank)
+NORMALIZATION = "tmm"  # for "convex": "minmax" | "zscore" | "tmm" (theoretical-min-max)
+ALPHA = 0.6  # for "convex": weight of the dense score (1 - ALPHA goes to BM25)
+RRF_K = 1  # for "rrf": the k in 1 / (k + rank); k = 1 was best on train (0.727; k = 10: 0.721)
 RRF_WEIGHT = 0.5  # for "rrf": weight of the dense list (1 - RRF_WEIGHT goes to BM25)
 CANDIDATES = 200  # how many chunks each list contributes before fusion
 MAX_QUERY_TERMS = 64  # a pasted page of text stays a fast query
 
 # Lucene's English stopword list (the one bm25s and Anserini use) plus question words and
 # auxiliaries that carry no topic in a chat question ("what does the report say about ...").
-STOPWORDS = frozenset(
-    """
+_STOPWORD_TEXT = """
     a an and are as at be but by for if in into is it no not of on or such that the their then
     there these they this to was will with
-    """.split()
-)
+    what which who whom whose when where why how do does did can could should would may might
+    i me my we our you your he she him her his its them us am been being were has have had
+    from about than so also any all some each other only very just
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 # FTS5 (unicode61) treats letters, digits and private-use characters as token characters and
 # everything else as a separator. Splitting the same way and double-quoting each token means no
@@ -68,6 +89,33 @@ def fts_query(text: str) -> str | None:
     if not terms:
         return None
     return " OR ".join(f'"{t}"' for t in terms)
+
+
+def filled_lists(
+    conn: sqlite3.Connection,
+    query: str,
+    dense: Sequence[tuple[int, float]],
+    cosine_of: Callable[[Sequence[int]], Sequence[float | None]],
+    *,
+    limit: int = CANDIDATES,
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """The two candidate lists for fusion, each completed with the other signal's exact score.
+
+    ``dense`` is the dense top ``limit`` as (chunk id, cosine); ``cosine_of(ids)`` gives the
+    cosine of any chunk (None for one the dense index doesn't hold, e.g. another embedder's).
+    BM25 hits outside the dense list get their cosine, dense hits outside the BM25 list their
+    BM25 (0 when no query term occurs in them), so fusion compares like with like.
+    """
+    lex = bm25_search(conn, query, limit=limit)
+    dense_ids = {c for c, _ in dense}
+    lex_ids = {c for c, _ in lex}
+    extra = [c for c, _ in lex if c not in dense_ids]
+    extra_cos = dict(zip(extra, cosine_of(extra)))
+    lex = [(c, s) for c, s in lex if c in dense_ids or extra_cos.get(c) is not None]
+    dense_full = list(dense) + [(c, float(extra_cos[c])) for c, _ in lex if c not in dense_ids]
+    missing = [c for c, _ in dense if c not in lex_ids]
+    found = dict(bm25_search(conn, query, limit=len(missing), chunk_ids=missing)) if missing else {}
+    return dense_full, lex + [(c, found.get(c, 0.0)) for c in missing]
 
 
 def bm25_search(

@@ -19,7 +19,6 @@ from .ranking import Scored, VectorIndex, top_k
 from .store import Store
 
 EXCERPT_CHARS = 280
-LEXICAL_CANDIDATES = 200
 
 
 @dataclass(frozen=True)
@@ -112,10 +111,15 @@ class Retriever:
         threshold = self.threshold if threshold is None else threshold
         mode = mode or self.settings.retrieval_mode
         if mode == "lexical":
-            lex = lexical.bm25_search(self.store.conn, query, limit=k)
-            dense = self._dense_for(query, [cid for cid, _ in lex])
-            ordered = [(cid, dense.get(cid, 0.0), s) for cid, s in lex]
-            return self._hits(ordered)
+            scored = self.index.score_all(self.embedder.embed_query(query))
+            lex = [
+                (cid, cos, s)
+                for (cid, s), cos in self._with_cosine(
+                    scored, lexical.bm25_search(self.store.conn, query, limit=k)
+                )
+                if cos is not None  # another embedder's chunk: not searchable now
+            ]
+            return self._hits(lex)
         qvec = self.embedder.embed_query(query)
         scored = self.index.score_all(qvec)
         if mode == "dense":
@@ -126,31 +130,27 @@ class Retriever:
     def _hybrid(self, query: str, scored: Scored, *, k: int, threshold: float) -> list[Hit]:
         if not len(scored.chunk_ids):
             return []
-        cosine = dict(zip(scored.chunk_ids.tolist(), scored.scores.tolist()))
-        lex = [
-            (cid, s)
-            for cid, s in lexical.bm25_search(self.store.conn, query, limit=LEXICAL_CANDIDATES)
-            if cid in cosine
-        ]
-        dense_top = top_k(scored, k=max(LEXICAL_CANDIDATES, k))
-        dense = list(zip(dense_top.chunk_ids.tolist(), dense_top.scores.tolist()))
+        top = top_k(scored, k=max(lexical.CANDIDATES, k))
+        dense, lex = lexical.filled_lists(
+            self.store.conn,
+            query,
+            list(zip(top.chunk_ids.tolist(), top.scores.tolist())),
+            lambda ids: cosine_lookup(scored, ids),
+        )
+        cosine = dict(dense)
         lex_scores = dict(lex)
-        fused = lexical.fuse(dense, lex)
         out = []
-        for cid, _ in fused:
+        for cid, _ in lexical.fuse(dense, lex):
             if cosine[cid] < threshold:
                 continue
-            out.append((cid, cosine[cid], lex_scores.get(cid)))
+            out.append((cid, cosine[cid], lex_scores.get(cid) or None))
             if len(out) == k:
                 break
         return self._hits(out)
 
-    def _dense_for(self, query: str, chunk_ids: list[int]) -> dict[int, float]:
-        if not chunk_ids:
-            return {}
-        scored = self.index.score_all(self.embedder.embed_query(query))
-        lookup = dict(zip(scored.chunk_ids.tolist(), scored.scores.tolist()))
-        return {cid: lookup.get(cid, 0.0) for cid in chunk_ids}
+    @staticmethod
+    def _with_cosine(scored: Scored, pairs: list[tuple[int, float]]):
+        return zip(pairs, cosine_lookup(scored, [cid for cid, _ in pairs]))
 
     def _hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
         rows = self.store.chunks_by_ids([cid for cid, _, _ in ordered])
@@ -206,6 +206,17 @@ class Retriever:
                 }
             )
         return table
+
+
+def cosine_lookup(scored: Scored, chunk_ids: list[int]) -> list[float | None]:
+    """Cosine of each chunk id (None if not in the index); ids in ``scored`` are ascending."""
+    if not chunk_ids:
+        return []
+    wanted = np.asarray(chunk_ids, dtype=np.int64)
+    pos = np.searchsorted(scored.chunk_ids, wanted)
+    pos = np.clip(pos, 0, len(scored.chunk_ids) - 1)
+    found = scored.chunk_ids[pos] == wanted
+    return [float(scored.scores[p]) if ok else None for p, ok in zip(pos, found)]
 
 
 def _page_label(start: int, end: int) -> str:

@@ -113,3 +113,18 @@ def test_safe_name_strips_paths_and_controls():
     assert safe_name("a\\b\\c.txt") == "c.txt"
     assert safe_name("bad\x00\x1bname.md") == "bad__name.md"
     assert safe_name("") == "unnamed"
+
+
+def test_reindex_with_new_chunk_settings_replaces_in_place(workspace):
+    from marginalia_core.ingestion import reindex_document
+
+    done = run(ingest_bytes(workspace.store, workspace.embedder, workspace.settings, "a.md", TEXT))
+    doc = done[-1]["document"]
+    events = run(reindex_document(workspace.store, workspace.embedder, workspace.settings,
+                                  doc["id"], target=400, overlap=50))
+    assert events[-1]["type"] == "done" and events[-1]["reindexed"]
+    new = workspace.store.get_document(doc["id"])
+    assert new["chunk_target"] == 400 and new["chunk_count"] > doc["chunk_count"]
+    chunks = workspace.store.document_chunks(doc["id"])
+    assert len(chunks) == new["chunk_count"] and max(len(c["content"]) for c in chunks) <= 400
+    assert len(workspace.store.list_documents()) == 1

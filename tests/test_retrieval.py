@@ -1,0 +1,79 @@
+"""Retriever: dense, lexical and hybrid modes over a real index; embedder mismatch detection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marginalia_core import lexical
+from marginalia_core.ingestion import ingest_bytes
+from marginalia_core.ranking import Scored
+from marginalia_core.retrieval import cosine_lookup
+
+DOCS = {
+    "bees.md": "Honey bees communicate the location of flowers with a waggle dance. "
+    "The angle of the dance encodes the direction relative to the sun.",
+    "volcano.md": "Basaltic lava flows are fluid because of their low silica content. "
+    "Stratovolcanoes erupt viscous andesite explosively.",
+    "codes.md": "Error code ZX-4471 means the cooling fan has stalled. "
+    "Replace the fan assembly and reset the controller.",
+}
+
+
+@pytest.fixture
+def indexed(workspace):
+    for name, text in DOCS.items():
+        events = list(ingest_bytes(workspace.store, workspace.embedder, workspace.settings,
+                                   name, text.encode()))
+        assert events[-1]["type"] == "done"
+    return workspace
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "dense", "lexical"])
+def test_each_mode_finds_the_right_document(indexed, mode):
+    hits = indexed.retriever.search("How do bees tell each other where flowers are?", mode=mode)
+    assert hits and hits[0].document_name == "bees.md"
+    assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+    assert all(0 <= h.score <= 1 for h in hits)
+
+
+def test_hybrid_rescues_exact_identifier(indexed):
+    hits = indexed.retriever.search("ZX-4471", mode="hybrid", threshold=0.0)
+    assert hits[0].document_name == "codes.md"
+    assert hits[0].lexical_score and hits[0].lexical_score > 0
+
+
+def test_threshold_drops_unrelated(indexed):
+    hits = indexed.retriever.search("quarterly tax filing deadlines", threshold=0.5)
+    assert hits == []
+    table = indexed.retriever.score_table("quarterly tax filing deadlines", threshold=0.5)
+    assert len(table) == 3 and not any(row["passes"] for row in table)
+    assert [r["rank"] for r in table] == [1, 2, 3]
+    assert table[0]["score"] >= table[-1]["score"]
+
+
+def test_filled_lists_give_every_candidate_both_scores(indexed):
+    ret = indexed.retriever
+    query = "lava silica viscosity"
+    scored = ret.index.score_all(ret.embedder.embed_query(query))
+    top = list(zip(scored.chunk_ids.tolist(), scored.scores.tolist()))
+    dense, lex = lexical.filled_lists(ret.store.conn, query, top[:1],
+                                      lambda ids: cosine_lookup(scored, ids))
+    assert {c for c, _ in dense} == {c for c, _ in lex}
+    assert dict(lex)[dense[0][0]] >= 0.0
+
+
+def test_cosine_lookup_handles_missing_ids():
+    scored = Scored(np.array([2, 5, 9], dtype=np.int64), np.array([0.1, 0.5, 0.9], dtype=np.float32))
+    assert cosine_lookup(scored, [9, 3, 2, 100]) == [pytest.approx(0.9), None, pytest.approx(0.1), None]
+
+
+def test_other_embedder_is_reported_and_excluded(indexed):
+    store = indexed.store
+    doc = store.list_documents()[0]
+    store.conn.execute("UPDATE documents SET embed_model = 'other-model' WHERE id = ?", (doc["id"],))
+    store.conn.execute("UPDATE state SET value = value + 1 WHERE key = 'generation'")
+    problem = indexed.retriever.mismatch()
+    assert problem is not None and "Re-index" in problem.message and "other-model" in problem.message
+    names = {h.document_name for h in indexed.retriever.search("anything at all", threshold=-1.0, k=50)}
+    assert doc["name"] not in names
