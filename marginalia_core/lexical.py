@@ -76,8 +76,9 @@ def query_terms(text: str) -> list[str]:
     return list(seen)
 
 
-def fts_query(text: str) -> str | None:
-    """A safe FTS5 MATCH expression for free text: quoted tokens joined by OR, or None.
+def fts_query(text: str, *, require_all: bool = False) -> str | None:
+    """A safe FTS5 MATCH expression for free text: quoted tokens joined by OR (AND with
+    ``require_all``), or None.
 
     Each token is a double-quoted FTS5 string, so operators (AND, OR, NOT, NEAR), column
     filters (``col:``), prefixes (``*``), ``^``, ``+``, ``-``, parentheses and quotes in the
@@ -88,7 +89,7 @@ def fts_query(text: str) -> str | None:
     terms = query_terms(text)
     if not terms:
         return None
-    return " OR ".join(f'"{t}"' for t in terms)
+    return (" AND " if require_all else " OR ").join(f'"{t}"' for t in terms)
 
 
 def filled_lists(
@@ -124,15 +125,17 @@ def bm25_search(
     *,
     limit: int = CANDIDATES,
     chunk_ids: Iterable[int] | None = None,
+    require_all: bool = False,
 ) -> list[tuple[int, float]]:
     """Chunks matching ``query`` by FTS5 BM25, best first: ``[(chunk_id, score), ...]``.
 
     ``score = -bm25(chunks_fts)`` so it is positive and larger is better (FTS5's bm25 has
     k1 = 1.2, b = 0.75; IDF floors at 1e-6 for terms in over half the chunks). ``chunk_ids``
-    restricts the search to those chunks (e.g. one document's, or one embedder's). Free text
+    restricts the search to those chunks (e.g. one document's, or one embedder's);
+    ``require_all`` keeps only chunks containing every query term. Free text
     goes through ``fts_query``, so no input raises an FTS5 syntax error; no terms -> [].
     """
-    match = fts_query(query)
+    match = fts_query(query, require_all=require_all)
     if match is None or limit <= 0:
         return []
     sql = "SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"

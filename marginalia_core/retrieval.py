@@ -2,7 +2,8 @@
 
 The score shown everywhere is the cosine similarity (0-1, "% relevance"); hybrid mode changes the
 order and which passages make the top k, not the number displayed. The threshold applies to the
-cosine in dense and hybrid modes; lexical mode keeps every BM25 match.
+cosine in dense and hybrid modes (hybrid also keeps the best chunks that contain every query
+term, see KEYWORD_RESCUE); lexical mode keeps every BM25 match.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from .ranking import Scored, VectorIndex, top_k
 from .store import Store
 
 EXCERPT_CHARS = 280
+# Hybrid mode keeps this many chunks that contain *every* query term even when their cosine is
+# below the threshold: a rare word or an identifier ("drolleries", "ZX-4471") is the one case
+# where the small embedder is blind and the keyword match is the better witness.
+KEYWORD_RESCUE = 2
 
 
 @dataclass(frozen=True)
@@ -139,9 +144,15 @@ class Retriever:
         )
         cosine = dict(dense)
         lex_scores = dict(lex)
+        rescued = {
+            cid
+            for cid, _ in lexical.bm25_search(
+                self.store.conn, query, limit=KEYWORD_RESCUE, require_all=True
+            )
+        }
         out = []
         for cid, _ in lexical.fuse(dense, lex):
-            if cosine[cid] < threshold:
+            if cosine[cid] < threshold and cid not in rescued:
                 continue
             out.append((cid, cosine[cid], lex_scores.get(cid) or None))
             if len(out) == k:

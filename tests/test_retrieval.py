@@ -77,3 +77,13 @@ def test_other_embedder_is_reported_and_excluded(indexed):
     assert problem is not None and "Re-index" in problem.message and "other-model" in problem.message
     names = {h.document_name for h in indexed.retriever.search("anything at all", threshold=-1.0, k=50)}
     assert doc["name"] not in names
+
+
+def test_hybrid_keeps_an_all_terms_keyword_match_below_the_threshold(indexed):
+    # the small embedder barely relates "ZX-4471" to anything; the keyword match carries it
+    dense = indexed.retriever.search("ZX-4471", mode="dense", threshold=0.9)
+    hybrid = indexed.retriever.search("ZX-4471", mode="hybrid", threshold=0.9)
+    assert dense == []
+    assert [h.document_name for h in hybrid] == ["codes.md"]
+    # a query whose terms no single chunk contains together is not rescued
+    assert indexed.retriever.search("ZX-4471 volcano", mode="hybrid", threshold=0.9) == []

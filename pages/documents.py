@@ -1,0 +1,224 @@
+"""Documents: upload several files with progress per file, see what is indexed, delete, and
+re-index documents that another embedder indexed."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from marginalia_core import presentation as fmt
+from marginalia_core.ingestion import reindex_document
+from pages.common import (
+    index_samples,
+    ingest_one,
+    render_results,
+    require_shell,
+    samples_in_library,
+    workspace,
+)
+
+require_shell()
+ws = workspace()
+store = ws.store
+settings = ws.settings
+state = st.session_state
+state.setdefault("uploader_generation", 0)
+
+
+def _ask_delete() -> None:
+    state["confirm_delete_documents"] = list(state.get("delete_selection") or [])
+
+
+def _cancel_delete() -> None:
+    state.pop("confirm_delete_documents", None)
+
+
+def _delete(ids: list[str]) -> None:
+    deleted = sum(bool(store.delete_document(i)) for i in ids)
+    state.pop("confirm_delete_documents", None)
+    state["delete_selection"] = []
+    state["flash"] = f"Deleted {deleted} document{'s' * (deleted != 1)}."
+
+
+def _clear_results() -> None:
+    state.pop("upload_results", None)
+
+
+st.title("Documents", anchor=False)
+st.caption(
+    f"PDF, plain text and Markdown files, up to {settings.max_upload_mb:g} MB each. "
+    "Everything stays in one SQLite file on this computer."
+)
+if flash := state.pop("flash", None):
+    st.success(flash, icon=":material/check_circle:")
+
+# ---- documents indexed by another embedder cannot be searched until re-indexed
+mismatch = ws.retriever.mismatch()
+if mismatch is not None:
+    embedder = ws.embedder
+    stale = [
+        d
+        for d in store.list_documents()
+        if (d["embed_model"], d["embed_dim"]) != (embedder.model, embedder.dimension)
+    ]
+    with st.container(border=True):
+        st.warning(fmt.escape_inline(mismatch.message), icon=":material/sync_problem:")
+        if st.button(
+            f"Re-index {len(stale)} document{'s' * (len(stale) != 1)} with {embedder.model}",
+            type="primary",
+            icon=":material/sync:",
+            key="reindex_stale",
+        ):
+            for doc in stale:
+                label = fmt.escape_inline(doc["name"], 80)
+                with st.status(f"{label} — re-indexing…") as status:
+                    bar = st.progress(0.0)
+                    end = None
+                    for event in reindex_document(
+                        store, embedder, settings, doc["id"],
+                        target=doc["chunk_target"], overlap=doc["chunk_overlap"],
+                    ):
+                        if event["type"] == "stage":
+                            share, text = fmt.stage_progress(event)
+                            bar.progress(min(1.0, share), text=text)
+                        else:
+                            end = event
+                    if end and end["type"] == "done":
+                        status.update(label=f"{label} — re-indexed", state="complete")
+                    else:
+                        st.markdown(fmt.escape_inline((end or {}).get("message", "Failed.")))
+                        status.update(label=f"{label} — re-indexing failed", state="error")
+            st.rerun()
+
+# ---- upload
+files = st.file_uploader(
+    "Add documents",
+    type=["pdf", "txt", "md", "markdown"],
+    accept_multiple_files=True,
+    key=f"uploader-{state['uploader_generation']}",
+    help="Choose or drop several files at once. Each is indexed on its own: one bad file "
+    "never stops the others.",
+)
+if files:
+    results = [ingest_one(ws, f.name, f.getvalue(), f.type) for f in files]
+    state["upload_results"] = results
+    state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
+    st.rerun()
+
+documents = store.list_documents()
+
+if state.get("index_samples_docs"):
+    state.pop("index_samples_docs")
+    state["upload_results"] = index_samples(ws)
+    st.rerun()
+
+results = state.get("upload_results")
+if results:
+    indexed = sum(r["state"] == "indexed" for r in results)
+    refused = sum(r["state"] == "error" for r in results)
+    duplicate = sum(r["state"] == "duplicate" for r in results)
+    summary = [f"{indexed} indexed"]
+    if duplicate:
+        summary.append(f"{duplicate} already in your library")
+    if refused:
+        summary.append(f"{refused} refused")
+    head = st.container(horizontal=True, vertical_alignment="center")
+    head.markdown(f"**Last upload:** {', '.join(summary)}")
+    head.button("Clear", key="clear_results", type="tertiary", icon=":material/close:",
+                on_click=_clear_results)
+    render_results(results)
+
+# ---- the library
+st.subheader("Your library", anchor=False)
+if not documents:
+    with st.container(border=True):
+        st.markdown(
+            "**No documents yet.** Upload your own above, or add three short sample documents "
+            "to see how cited answers work."
+        )
+        st.button(
+            "Try it with sample documents",
+            type="primary",
+            icon=":material/auto_stories:",
+            key="try_samples_docs",
+            on_click=lambda: state.__setitem__("index_samples_docs", True),
+        )
+    st.stop()
+
+active = (ws.embedder.model, ws.embedder.dimension)
+table = pd.DataFrame(
+    [
+        {
+            "Document": d["name"],
+            "Size": fmt.format_size(d["size"]),
+            "Passages": d["chunk_count"],
+            "Pages": d["page_count"],
+            "Added": fmt.parse_created(d["created"]),
+            "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
+            "Searchable": (d["embed_model"], d["embed_dim"]) == active,
+        }
+        for d in documents
+    ]
+)
+total_chunks = int(table["Passages"].sum())
+st.caption(
+    f"{len(documents)} document{'s' * (len(documents) != 1)} · {total_chunks} passages"
+)
+st.dataframe(
+    table,
+    hide_index=True,
+    width="stretch",
+    column_config={
+        "Document": st.column_config.TextColumn(width="medium"),
+        "Passages": st.column_config.NumberColumn(help="Chunks of about 1,400 characters"),
+        "Added": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
+        "Searchable": st.column_config.CheckboxColumn(
+            help="Indexed by the active embedder, so it takes part in search"
+        ),
+    },
+)
+
+# ---- delete, with a confirmation
+by_id = {d["id"]: d for d in documents}
+pending = [i for i in state.get("confirm_delete_documents") or [] if i in by_id]
+with st.expander("Delete documents", icon=":material/delete:", expanded=bool(pending)):
+    st.multiselect(
+        "Documents to delete",
+        options=list(by_id),
+        format_func=lambda i: (
+            f"{by_id[i]['name']} ({fmt.format_size(by_id[i]['size'])}, "
+            f"added {fmt.format_created(by_id[i]['created'])})"
+        ),
+        key="delete_selection",
+        placeholder="Choose one or more documents",
+    )
+    if pending:
+        passages = sum(by_id[i]["chunk_count"] for i in pending)
+        names = ", ".join(f"“{fmt.escape_inline(by_id[i]['name'], 60)}”" for i in pending)
+        st.warning(
+            f"Delete {names} and {passages} passages? Saved conversations keep the passages "
+            "they cited. This cannot be undone.",
+            icon=":material/warning:",
+        )
+        yes, no, _ = st.columns([1, 1, 3])
+        yes.button("Yes, delete", type="primary", key="confirm_delete",
+                   on_click=_delete, args=(pending,), width="stretch")
+        no.button("Cancel", key="cancel_delete", on_click=_cancel_delete, width="stretch")
+    else:
+        st.button(
+            "Delete selected…",
+            key="delete_documents",
+            icon=":material/delete:",
+            disabled=not state.get("delete_selection"),
+            on_click=_ask_delete,
+        )
+
+if not samples_in_library(documents):
+    st.divider()
+    st.caption("Want to see it in action? The sample documents are small and work offline.")
+    st.button(
+        "Add the sample documents",
+        icon=":material/auto_stories:",
+        key="add_samples",
+        on_click=lambda: state.__setitem__("index_samples_docs", True),
+    )

@@ -1,0 +1,472 @@
+"""The Streamlit pages through AppTest: the real app.py, the real core, a temporary database.
+
+Offline settings come from the environment (MARGINALIA_DB / _EMBEDDER / _ANSWERER) the way a
+user's shell would set them; the Gemini tests point GEMINI_API_KEY and GOOGLE_GEMINI_BASE_URL
+at the fake Gemini server. Caches are process-global, so every test starts and ends with
+them cleared.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import streamlit as st
+from conftest import ROOT, SAMPLES
+from streamlit.testing.v1 import AppTest
+
+from marginalia_core.chunking import chunk_text
+from marginalia_core.embeddings.local import DEFAULT_THRESHOLD
+from marginalia_core.ingestion import ingest_bytes
+from marginalia_core.store import Store
+
+APP = str(ROOT / "app.py")
+DOCUMENTS = "pages/documents.py"
+INSPECTOR = "pages/inspector.py"
+FERMAT = "What did Fermat write in the margin?"
+GOOD_MD = b"""# Sourdough notes
+
+A sourdough starter is a mixture of flour and water that wild yeast and bacteria ferment.
+Feed the starter every day with equal weights of flour and water to keep it active.
+A healthy starter doubles in size within six hours of feeding at room temperature.
+"""
+HOSTILE_NAME = "<img src=x onerror=alert(1)> **notes**.md"
+HOSTILE_MD = b"""Quinces are hard, fragrant fruit that turn pink when they are slowly cooked.
+<script>window.__pwned=1</script> <img src="http://example.invalid/x.png">
+![pixel](http://example.invalid/pixel.png) and [a link](http://example.invalid/page)
+
+Quince paste is made by cooking quinces with sugar for several hours until it sets.
+"""
+UNESCAPED = re.compile(r"(?<!\\)(<|!\[|\]\()")
+
+
+@pytest.fixture(autouse=True)
+def navigation_like_a_running_server(monkeypatch):
+    """AppTest starts every run with ``PagesManager.uses_pages_directory = None``; because the
+    page files live in ``pages/``, Streamlit then takes its legacy multipage path and runs the
+    previous run's page file *without* app.py. A running server leaves that mode for good on
+    its first run (st.navigation turns it off; pages/common.require_shell covers the first run
+    itself), so every AppTest run here does the same: app.py, then the page."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    original = PagesManager.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+    init.__wrapped__ = original
+    monkeypatch.setattr(PagesManager, "__init__", init)
+
+
+@pytest.fixture
+def app_env(db_path, monkeypatch):
+    monkeypatch.setenv("MARGINALIA_DB", str(db_path))
+    monkeypatch.setenv("MARGINALIA_EMBEDDER", "local")
+    monkeypatch.setenv("MARGINALIA_ANSWERER", "extractive")
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    yield db_path
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+@pytest.fixture
+def gemini_env(db_path, monkeypatch, fake_gemini):
+    monkeypatch.setenv("MARGINALIA_DB", str(db_path))
+    monkeypatch.setenv("GEMINI_API_KEY", fake_gemini.api_key)
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", fake_gemini.base_url)
+    monkeypatch.setenv("MARGINALIA_GEMINI_TIMEOUT", "5")
+    for var in ("MARGINALIA_EMBEDDER", "MARGINALIA_ANSWERER"):
+        monkeypatch.delenv(var, raising=False)
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    yield fake_gemini
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+def start(page: str | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    if page:
+        at.switch_page(page).run()
+        assert not at.exception
+    return at
+
+
+def seed(ws, *files: tuple[str, bytes]) -> list[dict]:
+    docs = []
+    for name, data in files:
+        end = list(ingest_bytes(ws.store, ws.embedder, ws.settings, name, data))[-1]
+        assert end["type"] == "done", end
+        docs.append(end["document"])
+    return docs
+
+
+def samples() -> list[tuple[str, bytes]]:
+    return [(p.name, p.read_bytes()) for p in sorted(SAMPLES.iterdir())
+            if p.suffix in (".md", ".pdf")]
+
+
+def plain(markdown: str) -> str:
+    """Escaped markdown back to its text (good enough for assertions)."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def markdown_values(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown] + [m.value for m in at.sidebar.markdown]
+
+
+def margin_cards(at: AppTest):
+    return [e for e in at.expander if e.label.startswith("**\\[")]
+
+
+def full_table(at: AppTest):
+    return next(d.value for d in at.dataframe if "excerpt" in d.value.columns)
+
+
+def metric(at: AppTest, label_start: str) -> str:
+    return next(m.value for m in at.metric if m.label.startswith(label_start))
+
+
+# --------------------------------------------------------------------------- chat
+
+
+def test_empty_library_offers_the_sample_documents(app_env):
+    at = start()
+    assert any("Your library is empty" in v for v in markdown_values(at))
+    assert any("Offline mode" in v for v in at.sidebar.markdown.values)
+    assert any("all-MiniLM-L6-v2" in plain(c.value) for c in at.sidebar.caption)
+
+    at.button(key="try_samples").click().run()
+    assert not at.exception
+    statuses = list(at.status)
+    assert len(statuses) == 3
+    assert all(s.state == "complete" and "indexed" in s.label for s in statuses)
+    assert any("Added 3 sample documents" in v for v in markdown_values(at))
+
+    at.button(key="suggest-0").click().run()  # a suggested question, answered offline
+    assert not at.exception
+    assert [m.name for m in at.chat_message] == ["user", "assistant"]
+    answer = at.chat_message[1].markdown[0].value
+    assert "Fermat" in answer and ":blue-badge[1]" in answer
+
+
+def test_question_streams_a_cited_answer_and_a_pill_opens_its_passage(app_env, workspace):
+    seed(workspace, *samples())
+    at = start()
+    at.chat_input[0].set_value(FERMAT).run()
+    assert not at.exception
+    assert [m.name for m in at.chat_message] == ["user", "assistant"]
+    answer = at.chat_message[1].markdown[0].value
+    assert "Fermat" in answer
+    assert re.search(r":blue-badge\[\d\]", answer) and "[1]" not in answer.replace("-badge[", "")
+
+    # the margin: one card per cited source, "[n] document · page · 82 %", closed at first
+    cards = margin_cards(at)
+    assert cards
+    for card in cards:
+        assert re.fullmatch(r"\*\*\\\[\d\\\]\*\* .+ · p\. \d+ · \d+ %", card.label), card.label
+        assert card.proto.expanded is False
+    pills = at.pills[0]
+    assert pills.options[0].startswith("\\[")
+
+    # "click [n]": that card opens and the cited sentence is highlighted in bold
+    first = pills.options and int(re.match(r"\\\[(\d+)", pills.options[0]).group(1))
+    pills.set_value(first).run()
+    assert not at.exception
+    opened = [c for c in margin_cards(at) if c.proto.expanded]
+    assert len(opened) == 1 and opened[0].label.startswith(f"**\\[{first}\\]**")
+    passage = opened[0].markdown[0].value
+    assert ":orange-background[**" in passage and "Fermat" in passage
+
+    # saved with only the cited sources; listed in the sidebar
+    convs = workspace.store.list_conversations()
+    assert len(convs) == 1 and convs[0]["title"] == FERMAT
+    saved = workspace.store.messages(convs[0]["id"])[-1]["sources"]
+    assert {s["n"] for s in saved} == {int(re.match(r"\\\[(\d+)", o).group(1)) for o in pills.options}
+    assert at.sidebar.button(key=f"conv-{convs[0]['id']}")
+
+
+def test_reopened_conversation_shows_its_saved_sources(app_env, workspace):
+    seed(workspace, *samples())
+    events = list(workspace.chat.ask(FERMAT))
+    cid = events[-1]["conversationId"]
+    saved = workspace.store.messages(cid)[-1]["sources"]
+    assert saved
+
+    at = start()  # a new session: starts on a new conversation
+    assert not at.chat_message
+    at.sidebar.button(key=f"conv-{cid}").click().run()
+    assert not at.exception
+    assert [m.name for m in at.chat_message] == ["user", "assistant"]
+    labels = [c.label for c in margin_cards(at)]
+    assert len(labels) == len(saved)
+    for source, label in zip(saved, labels, strict=True):
+        assert label.startswith(f"**\\[{source['n']}\\]**")
+        assert f"{round(source['score'] * 100)} %" in label
+    at.pills[0].set_value(saved[0]["n"]).run()
+    assert margin_cards(at)[0].proto.expanded
+
+    # a follow-up goes into the same conversation
+    at.chat_input[0].set_value("When was it proved?").run()
+    assert not at.exception
+    assert len(at.chat_message) == 4
+    assert len(workspace.store.list_conversations()) == 1
+
+    # delete it from the sidebar, after confirming
+    at.sidebar.button(key=f"del-conv-{cid}").click().run()
+    assert workspace.store.list_conversations()
+    at.sidebar.button(key=f"confirm-del-conv-{cid}").click().run()
+    assert not at.exception
+    assert workspace.store.list_conversations() == []
+    assert not at.chat_message
+
+
+def test_document_markup_and_names_are_shown_as_text(app_env, workspace):
+    seed(workspace, (HOSTILE_NAME, HOSTILE_MD))
+    at = start()
+    at.chat_input[0].set_value("How is quince paste made?").run()
+    assert not at.exception
+    at.pills[0].set_value(1).run()
+    card = margin_cards(at)[0]
+    assert card.proto.expanded
+    toggles = [t for t in at.toggle if t.key and t.key.startswith("whole-")]
+    if toggles:
+        toggles[0].set_value(True).run()
+        card = margin_cards(at)[0]
+    passage = card.markdown[0].value
+    assert "\\<script\\>window\\.\\_\\_pwned\\=1\\</script\\>" in passage.replace("\\/", "/")
+    assert "\\!\\[pixel\\]" in passage
+    texts = markdown_values(at) + [e.label for e in at.expander] + list(at.pills[0].options)
+    texts += [b.label for b in at.sidebar.button]
+    for text in texts:
+        assert not UNESCAPED.search(text), text
+    assert not any(m.proto.allow_html for m in at.markdown)
+    assert not any(m.proto.allow_html for m in at.sidebar.markdown)
+
+
+def test_answer_failure_is_reported_in_the_chat(gemini_env, gemini_settings):
+    from marginalia_core.workspace import Workspace
+
+    ws = Workspace(gemini_settings)
+    seed(ws, ("sourdough.md", GOOD_MD))
+    gemini_env.stream_script(error_after=1, error_code=500, error_message="backend exploded")
+    at = start()
+    at.chat_input[0].set_value("How often should I feed a sourdough starter?").run()
+    assert not at.exception
+    assert at.error and "interrupted" in at.error[0].value
+    assert ws.store.list_conversations() == []  # a failed answer is never saved
+    at.run()  # the failed turn stays visible as a message, not a traceback
+    assert not at.exception
+    assert at.error and [m.name for m in at.chat_message] == ["user", "assistant"]
+    ws.close()
+
+
+def test_gemini_mode_is_labelled_and_answers_from_the_fake_server(gemini_env):
+    at = start()
+    assert any("Gemini mode" in v for v in at.sidebar.markdown.values)
+    caption = plain(" ".join(c.value for c in at.sidebar.caption))
+    assert "gemini-embedding-001" in caption and "gemini-2.5-flash" in caption
+
+    at.switch_page(DOCUMENTS).run()
+    at.file_uploader[0].set_value([("sourdough.md", GOOD_MD, "text/markdown")]).run()
+    assert not at.exception
+    assert "indexed" in at.status[0].label
+    assert gemini_env.requests_for("embed")
+
+    at.switch_page("pages/chat.py").run()
+    at.chat_input[0].set_value("How often should I feed a sourdough starter?").run()
+    assert not at.exception
+    answer = at.chat_message[1].markdown[0].value
+    assert answer.startswith("According to the sources") and ":blue-badge[1]" in answer
+    assert gemini_env.requests_for("stream")
+    assert margin_cards(at)
+
+
+def test_an_invented_citation_is_flagged_text_not_a_source(gemini_env, gemini_settings):
+    from marginalia_core.workspace import Workspace
+
+    ws = Workspace(gemini_settings)
+    seed(ws, ("sourdough.md", GOOD_MD))
+    gemini_env.set_answer("Feed it every day [1]. It was invented in 1066 [7].")
+    at = start()
+    at.chat_input[0].set_value("How often should I feed a sourdough starter?").run()
+    assert not at.exception
+    answer = at.chat_message[1].markdown[0].value
+    assert ":blue-badge[1]" in answer and ":red[\\[7\\]]" in answer
+    assert any("\\[7\\] in this answer does not match" in c.value for c in at.caption)
+    assert at.pills[0].options == ["\\[1\\] sourdough\\.md · p\\. 1"]  # no pill for [7]
+    ws.close()
+
+
+def test_gemini_key_from_secrets(app_env, monkeypatch, fake_gemini):
+    monkeypatch.delenv("MARGINALIA_EMBEDDER")
+    monkeypatch.delenv("MARGINALIA_ANSWERER")
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", fake_gemini.base_url)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.secrets["GEMINI_API_KEY"] = fake_gemini.api_key
+    at.run()
+    assert not at.exception
+    assert any("Gemini mode" in v for v in at.sidebar.markdown.values)
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def test_upload_indexes_good_files_and_refuses_bad_ones_with_a_reason(app_env):
+    at = start(DOCUMENTS)
+    assert any("No documents yet" in v for v in markdown_values(at))
+    at.file_uploader[0].set_value(
+        [
+            ("sourdough.md", GOOD_MD, "text/markdown"),
+            ("scan.pdf", b"this is not really a pdf", "application/pdf"),
+        ]
+    ).run()
+    assert not at.exception
+    by_label = {s.label: s for s in at.status}
+    good = next(s for label, s in by_label.items() if label.startswith("sourdough\\.md — indexed"))
+    bad = next(s for label, s in by_label.items() if label.startswith("scan\\.pdf — refused"))
+    assert good.state == "complete" and bad.state == "error"
+    assert "not a PDF" in bad.markdown[0].value
+    assert any("1 indexed, 1 refused" in v for v in markdown_values(at))
+    table = at.dataframe[0].value
+    assert table["Document"].tolist() == ["sourdough.md"]
+    assert {"Document", "Size", "Passages", "Pages", "Added", "Embedder"} <= set(table.columns)
+    assert table["Embedder"].iloc[0].startswith("all-MiniLM-L6-v2")
+
+    # the same bytes again: noted as a duplicate, not indexed twice
+    at.file_uploader[0].set_value([("copy.md", GOOD_MD, "text/markdown")]).run()
+    assert not at.exception
+    assert "already in your library" in at.status[0].label
+    assert len(at.dataframe[0].value) == 1
+
+
+def test_delete_asks_for_confirmation(app_env, workspace):
+    keep, gone = seed(workspace, ("sourdough.md", GOOD_MD), ("quinces.md", HOSTILE_MD))
+    at = start(DOCUMENTS)
+    assert len(at.dataframe[0].value) == 2
+    at.multiselect(key="delete_selection").select(gone["id"]).run()
+    at.button(key="delete_documents").click().run()
+    assert at.warning and "cannot be undone" in at.warning[0].value
+    assert len(workspace.store.list_documents()) == 2  # nothing deleted yet
+    at.button(key="cancel_delete").click().run()
+    assert len(workspace.store.list_documents()) == 2
+
+    at.multiselect(key="delete_selection").select(gone["id"]).run()
+    at.button(key="delete_documents").click().run()
+    at.button(key="confirm_delete").click().run()
+    assert not at.exception
+    assert [d["id"] for d in workspace.store.list_documents()] == [keep["id"]]
+    assert at.success and "Deleted 1 document" in at.success[0].value
+    assert at.dataframe[0].value["Document"].tolist() == ["sourdough.md"]
+
+
+def test_documents_of_another_embedder_get_a_notice_and_a_reindex_button(app_env, store):
+    text = GOOD_MD.decode()
+    chunks = chunk_text(text, target=1400, overlap=200)
+    store.add_document(
+        name="old.md", mime="text/markdown", size=len(GOOD_MD), content_hash="0" * 64,
+        embed_model="some-old-model", embed_dim=8, chunks=chunks,
+        embeddings=np.ones((len(chunks), 8), dtype=np.float32), chunk_target=1400,
+        chunk_overlap=200, text=text, page_starts=[0],
+    )
+    at = start(DOCUMENTS)
+    assert at.warning and "some\\-old\\-model" in at.warning[0].value
+    assert at.dataframe[0].value["Searchable"].tolist() == [False]
+    at.button(key="reindex_stale").click().run()
+    assert not at.exception
+    assert not at.warning
+    (doc,) = store.list_documents()
+    assert doc["embed_model"].startswith("all-MiniLM-L6-v2") and doc["embed_dim"] == 384
+
+
+def test_sample_documents_from_the_documents_page(app_env):
+    at = start(DOCUMENTS)
+    at.button(key="try_samples_docs").click().run()
+    assert not at.exception
+    assert len(at.dataframe[0].value) == 3
+    assert sorted(at.dataframe[0].value["Document"]) == [name for name, _ in samples()]
+
+
+# --------------------------------------------------------------------------- inspector
+
+
+def test_inspector_scores_every_chunk_with_a_threshold_and_histogram(app_env, workspace):
+    seed(workspace, *samples())
+    total = sum(d["chunk_count"] for d in workspace.store.list_documents())
+    at = start(INSPECTOR)
+    at.text_input(key="inspector_query").input(FERMAT).run()
+    assert not at.exception
+
+    table = full_table(at)
+    assert list(table.columns[:8]) == [
+        "document", "chunk", "page", "score", "rank", "passes", "bm25", "excerpt"
+    ]
+    assert len(table) == total
+    assert table["score"].is_monotonic_decreasing
+    slider = at.slider(key="inspector_threshold")
+    assert slider.value == pytest.approx(DEFAULT_THRESHOLD)
+    passing = int((table["score"] >= DEFAULT_THRESHOLD).sum())
+    assert metric(at, "Chunks passing") == f"{passing} of {total}"
+    assert table["passes"].tolist() == (table["score"] >= DEFAULT_THRESHOLD).tolist()
+    assert at.get("vega_lite_chart")  # the score histogram with the threshold rule
+
+    slider.set_value(0.5).run()
+    table = full_table(at)
+    assert metric(at, "Chunks passing") == f"{int((table['score'] >= 0.5).sum())} of {total}"
+    assert table["passes"].tolist() == (table["score"] >= 0.5).tolist()
+
+    # the mode selector shows what search() would return
+    for mode in ("dense", "lexical", "hybrid"):
+        at.button_group(key="inspector_mode").set_value(mode).run()
+        assert not at.exception
+        hits = workspace.retriever.search(FERMAT, mode=mode, threshold=0.5)
+        assert metric(at, f"{mode.capitalize()} search returns") == str(len(hits))
+
+
+def test_chunking_lab_previews_and_reindexes(app_env, workspace):
+    (doc,) = seed(workspace, ("how-marginalia-works.md", (SAMPLES / "how-marginalia-works.md").read_bytes()))
+    text, starts = workspace.store.document_source(doc["id"])
+    expected = chunk_text(text, target=500, overlap=100, page_starts=starts)
+    assert len(expected) > doc["chunk_count"]
+
+    at = start(INSPECTOR)
+    assert at.button(key="lab_reindex").disabled  # nothing changed yet
+    at.number_input(key=f"lab-target-{doc['id']}").set_value(500)
+    at.number_input(key=f"lab-overlap-{doc['id']}").set_value(100).run()
+    assert not at.exception
+    assert metric(at, "Chunks") == str(len(expected))
+    preview = next(d.value for d in at.dataframe if "overlap" in d.value.columns)
+    assert preview["length"].tolist() == [len(c.text) for c in expected]
+    assert preview["start"].tolist() == [c.start for c in expected]
+
+    at.button(key="lab_reindex").click().run()
+    assert not at.exception
+    stored = workspace.store.get_document(doc["id"])
+    assert (stored["chunk_count"], stored["chunk_target"], stored["chunk_overlap"]) == (
+        len(expected), 500, 100
+    )
+    assert at.success and "re-indexed" in plain(at.success[0].value)
+
+
+def test_a_page_run_without_app_py_recovers_the_shell(app_env, monkeypatch):
+    from streamlit.runtime.pages_manager import PagesManager
+
+    # Streamlit's own behaviour, unpatched: the second AppTest run executes pages/chat.py alone
+    monkeypatch.setattr(PagesManager, "__init__", PagesManager.__init__.__wrapped__)
+    at = start()
+    at.run()
+    assert not at.exception
+    assert any("Offline mode" in v for v in at.sidebar.markdown.values)  # app.py ran again
+    assert at.session_state["_marginalia_shell_retries"] == 1
+
+
+def test_pages_without_documents_say_so(app_env):
+    at = start(INSPECTOR)
+    assert at.info and "add documents first" in at.info[0].value
+    store = Store(app_env)
+    assert store.list_documents() == []
+    store.close()

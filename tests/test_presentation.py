@@ -1,0 +1,220 @@
+"""marginalia_core.presentation: safe markdown for answers and passages, highlights, labels."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from marginalia_core import presentation as fmt
+
+UNESCAPED_DANGER = re.compile(r"(?<!\\)(<|!\[|\]\(|\$)")
+
+
+def unescape(markdown: str) -> str:
+    return re.sub(r"\\(.)", r"\1", markdown).replace(fmt.WORD_JOINER, "")
+
+
+# --------------------------------------------------------------------------- escaping
+
+
+def test_escape_markdown_makes_every_punctuation_literal():
+    text = "<script>alert(1)</script> ![x](http://e.invalid) **b** # h $x$ :red[y] `c`"
+    out = fmt.escape_markdown(text)
+    assert unescape(out) == text
+    assert not UNESCAPED_DANGER.search(out)
+    for ch in "<>[]()!*#$:`":
+        assert f"\\{ch}" in out
+
+
+def test_autolinks_are_broken_with_an_invisible_joiner():
+    out = fmt.escape_markdown("see http://e.invalid, www.e.invalid and me@e.invalid")
+    assert "http\\:" + fmt.WORD_JOINER in out
+    assert "www" + fmt.WORD_JOINER + "\\." in out
+    assert "\\@" + fmt.WORD_JOINER in out
+    assert unescape(out) == "see http://e.invalid, www.e.invalid and me@e.invalid"
+
+
+def test_escape_inline_collapses_whitespace_and_truncates():
+    assert fmt.escape_inline("a\n  b\tc") == "a b c"
+    assert fmt.escape_inline("abcdefghij", 5) == "abcd…"
+
+
+def test_escape_multiline_keeps_paragraphs_and_lines():
+    out = fmt.escape_multiline("line one\nline *two*\n\nnext")
+    assert out == "line one  \nline \\*two\\*\n\nnext"
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def test_valid_marks_become_badges_and_invalid_ones_are_flagged_text():
+    out = fmt.render_answer("Founded in 1851 [2]. Also [1, 3] and [9].", 3)
+    assert "1851 :blue-badge[2]." in out
+    assert ":blue-badge[1] :blue-badge[3]" in out
+    assert ":red[\\[9\\]]" in out
+    assert "](" not in out
+
+
+def test_valid_marks_can_be_a_set_of_saved_source_numbers():
+    out = fmt.render_answer("A [1]. B [3]. C [2].", {1, 3})
+    assert ":blue-badge[1]" in out and ":blue-badge[3]" in out and ":red[\\[2\\]]" in out
+
+
+def test_answer_keeps_formatting_but_not_html_images_links_or_math():
+    text = (
+        "# Heading\n\n**bold** and *italic*, `a<b>`\n\n- item\n1. first\n\n"
+        "<img src=x onerror=alert(1)> ![p](http://e.invalid/p.png) [l](http://e.invalid) $5 & $6"
+    )
+    out = fmt.render_answer(text, 1)
+    assert out.startswith("# Heading\n\n**bold** and *italic*, `a<b>`\n\n- item\n1. first")
+    tail = out.split("first", 1)[1]
+    assert not UNESCAPED_DANGER.search(tail)
+    assert "\\<img" in tail and "\\!\\[p\\]" in tail and "\\$5 \\& \\$6" in tail
+
+
+def test_code_is_verbatim_and_marks_inside_code_are_not_badges():
+    text = "Use `x[1]` here [1].\n\n```python\nprint('<b>[1]</b>')\n```\nafter [1]"
+    out = fmt.render_answer(text, 1)
+    assert "`x[1]` here :blue-badge[1]." in out
+    assert "```python\nprint('<b>[1]</b>')\n```\n" in out
+    assert out.endswith("after :blue-badge[1]")
+
+
+def test_an_unclosed_backtick_is_a_literal_backtick():
+    out = fmt.render_answer("a ` b <i>", 1)
+    assert out == "a \\` b \\<i>"
+
+
+def test_an_unclosed_fence_runs_to_the_end_verbatim():
+    out = fmt.render_answer("text\n```\n![x](http://e.invalid)", 1)
+    assert out == "text\n```\n![x](http://e.invalid)"
+
+
+STREAM_TEXT = st.lists(
+    st.sampled_from([*"ab [1]2,`*<!()$:/.w@\n", "www.", "http://", "```", "\n\n", "[1, 2]"]),
+    max_size=40,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=STREAM_TEXT, cuts=st.lists(st.integers(min_value=0, max_value=120), max_size=12))
+def test_streaming_increments_add_up_to_the_final_rendering(text, cuts):
+    stream = fmt.AnswerStream(2)
+    out = ""
+    pos = 0
+    for cut in sorted(set(c for c in cuts if c <= len(text))):
+        out += stream.feed(text[pos:cut])
+        pos = cut
+    out += stream.feed(text[pos:])
+    out += stream.finish()
+    assert out == fmt.render_answer(text, 2)
+
+
+def test_a_mark_split_across_tokens_is_held_back_until_complete():
+    stream = fmt.AnswerStream(3)
+    assert stream.feed("Yes [") == "Yes "
+    assert stream.feed("1") == ""
+    assert stream.feed("] and") == ":blue-badge[1] and"
+    assert stream.finish() == ""
+
+
+# --------------------------------------------------------------------------- highlights
+
+
+PASSAGE = (
+    "Marginalia are notes in the margins of books.\nThe word comes from Latin.\n\n"
+    "Around 1637 Pierre de Fermat wrote a note in his copy of the Arithmetica. "
+    "He claimed a proof that the margin was too narrow to contain. "
+    "His son published the note."
+)
+
+
+def test_cited_sentences_attach_marks_to_their_sentence():
+    answer = "Fermat wrote a note [2]. The word is Latin. [1] Both [1][2]."
+    cited = fmt.cited_sentences(answer, 2)
+    assert cited[2] == ["Fermat wrote a note.", "Both."]
+    assert cited[1] == ["The word is Latin.", "Both."]
+    assert fmt.cited_sentences("Bad [7].", 2) == {}
+
+
+def test_exact_sentence_is_highlighted_in_the_passage():
+    display = fmt.display_text(PASSAGE)
+    answer = "Around 1637 Pierre de Fermat wrote a note in his copy of the Arithmetica [1]."
+    spans = fmt.highlight_spans(display, fmt.cited_sentences(answer, 1)[1])
+    assert len(spans) == 1
+    a, b = spans[0]
+    assert display[a:b] == "Around 1637 Pierre de Fermat wrote a note in his copy of the Arithmetica."
+    md = fmt.passage_markdown(PASSAGE, spans)
+    assert ":orange-background[**Around 1637 Pierre de Fermat" in md
+    assert "Arithmetica\\.**]" in md
+
+
+def test_a_paraphrase_highlights_the_closest_sentence():
+    display = fmt.display_text(PASSAGE)
+    spans = fmt.highlight_spans(display, ["Fermat's son later published that note"])
+    assert [display[a:b] for a, b in spans] == ["His son published the note."]
+    assert fmt.highlight_spans(display, ["Something about gardening entirely"]) == []
+
+
+def test_quoted_part_of_a_sentence_is_found():
+    display = fmt.display_text(PASSAGE)
+    sentence = "The closest one says: “He claimed a proof that the margin was too narrow to contain.”"
+    (span,) = fmt.highlight_spans(display, [sentence])
+    assert display[span[0]:span[1]].startswith("He claimed a proof")
+
+
+def test_passage_markdown_escapes_document_text_and_never_crosses_paragraphs():
+    content = "<b>x</b> first [1](http://e.invalid).\n\nsecond line"
+    display = fmt.display_text(content)
+    md = fmt.passage_markdown(content, [(0, len(display))])
+    assert "\n\n" in md
+    assert md.count(":orange-background[") == 2
+    assert not UNESCAPED_DANGER.search(md.replace(":orange-background[", ""))
+
+
+def test_cited_window_shows_the_cited_part_with_a_little_context():
+    long = " ".join(f"Sentence number {i} is here." for i in range(30))
+    display = fmt.display_text(long)
+    start = display.index("Sentence number 15")
+    end = display.index(".", start) + 1
+    window = fmt.cited_window(long, [(start, end)], context=1)
+    assert window is not None
+    shown = display[window[0]:window[1]]
+    assert shown.startswith("Sentence number 14") and shown.endswith("number 16 is here.")
+    md = fmt.passage_markdown(long, [(start, end)], window=window)
+    assert md.startswith("… ") and md.endswith(" …")
+    assert fmt.cited_window(long, []) is None
+    assert fmt.cited_window("Short. Text.", [(0, 6)]) is None
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def test_numbers_and_labels():
+    assert fmt.format_size(512) == "512 bytes"
+    assert fmt.format_size(3 * 1024 + 200) == "3.2 KB"
+    assert fmt.format_size(25 * 1024 * 1024) == "25 MB"
+    assert fmt.percent(0.8234) == "82 %"
+    assert fmt.percent(-0.1) == "0 %"
+    assert fmt.page_label(3) == "p. 3" and fmt.page_label(3, 4) == "pp. 3–4"
+    source = {"n": 1, "documentName": "report\n.pdf", "page": 3, "pageEnd": 3, "score": 0.82}
+    assert fmt.source_label(source) == "[1] report .pdf · p. 3 · 82 %"
+    assert fmt.source_label(source, with_score=False) == "[1] report .pdf · p. 3"
+    assert fmt.format_created("2024-05-01T10:00:00+00:00")[:4] == "2024"
+    assert fmt.format_created("nonsense") == "nonsense"
+
+
+def test_stage_progress_moves_forward():
+    events = [
+        {"stage": "extracting"},
+        {"stage": "chunking"},
+        {"stage": "chunking", "chunks": 4},
+        {"stage": "embedding", "done": 0, "total": 4},
+        {"stage": "embedding", "done": 4, "total": 4},
+        {"stage": "storing"},
+    ]
+    shares = [fmt.stage_progress(e)[0] for e in events]
+    assert shares == sorted(shares) and shares[0] > 0 and shares[-1] < 1
+    assert fmt.stage_progress(events[3])[1] == "Embedding passages 0/4"
