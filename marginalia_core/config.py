@@ -51,7 +51,7 @@ class Settings:
     chunk_target: int = 1400
     chunk_overlap: int = 200
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
-    gemini_timeout_s: float = 60.0
+    gemini_timeout_s: float = 30.0
     gemini_concurrency: int = 4
 
     @property

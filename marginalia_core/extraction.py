@@ -429,8 +429,28 @@ def _has_alnum(text: str, needed: int) -> bool:
     return False
 
 
+def _declared_page_count(reader: PdfReader) -> int | None:
+    """The page tree's own /Count, read without walking the tree (a page-tree bomb can hold
+    100k+ nodes that take pypdf half a minute and hundreds of MB to enumerate)."""
+    try:
+        count = reader.trailer["/Root"]["/Pages"]["/Count"]
+        return int(count)
+    except Exception:
+        return None
+
+
+def _too_many_pages(name: str, page_count: int) -> TooLargeError:
+    return TooLargeError(
+        f"{name} has {page_count:,} pages; the limit is {MAX_PAGES:,}. Split it into "
+        "smaller files."
+    )
+
+
 def _extract_pdf(name: str, data: bytes, password: str | None) -> Extracted:
     reader = _open_pdf(name, data, password)
+    declared = _declared_page_count(reader)
+    if declared is not None and declared > MAX_PAGES:
+        raise _too_many_pages(name, declared)
     try:
         pages = reader.pages
         page_count = len(pages)
@@ -439,10 +459,7 @@ def _extract_pdf(name: str, data: bytes, password: str | None) -> Extracted:
     if page_count == 0:
         raise EmptyFileError(f"{name} is a PDF with no pages; there is nothing to index.")
     if page_count > MAX_PAGES:
-        raise TooLargeError(
-            f"{name} has {page_count:,} pages; the limit is {MAX_PAGES:,}. Split it into "
-            "smaller files."
-        )
+        raise _too_many_pages(name, page_count)
 
     parts: list[str] = []
     page_starts: list[int] = []

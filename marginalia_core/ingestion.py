@@ -27,7 +27,10 @@ from .store import Store
 
 log = logging.getLogger(__name__)
 
-PROGRESS_POLL_S = 0.1
+
+
+class _Abandoned(Exception):
+    """Raised inside the embedding worker once nobody is waiting for its result."""
 
 
 def content_hash(data: bytes) -> str:
@@ -37,15 +40,24 @@ def content_hash(data: bytes) -> str:
 def _embed_with_progress(
     embedder: Embedder, texts: list[str], file: str
 ) -> Iterator[dict[str, Any] | np.ndarray]:
-    """Run the embedder in a worker thread, yielding progress events, then the matrix."""
+    """Run the embedder in a worker thread, yielding progress events, then the matrix.
+
+    If the consumer stops early (a closed generator: the user left the page, the CLI was
+    interrupted), the worker is told to stop at its next progress report instead of spending
+    CPU or API quota on vectors nobody will store.
+    """
     updates: queue.Queue = queue.Queue()
     result: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        if stop.is_set():
+            raise _Abandoned
+        updates.put((done, total))
 
     def work() -> None:
         try:
-            result["vectors"] = embedder.embed_documents(
-                texts, progress=lambda d, t: updates.put((d, t))
-            )
+            result["vectors"] = embedder.embed_documents(texts, progress=progress)
         except BaseException as exc:  # surfaced in the consuming thread
             result["error"] = exc
         finally:
@@ -53,13 +65,16 @@ def _embed_with_progress(
 
     worker = threading.Thread(target=work, name="marginalia-embed", daemon=True)
     worker.start()
-    yield events.stage("embedding", file, done=0, total=len(texts))
-    while True:
-        item = updates.get()
-        if item is None:
-            break
-        done, total = item
-        yield events.stage("embedding", file, done=done, total=total)
+    try:
+        yield events.stage("embedding", file, done=0, total=len(texts))
+        while True:
+            item = updates.get()
+            if item is None:
+                break
+            done, total = item
+            yield events.stage("embedding", file, done=done, total=total)
+    finally:
+        stop.set()
     worker.join()
     if "error" in result:
         raise result["error"]
@@ -234,8 +249,17 @@ def too_large_message(name: str, settings: Settings) -> str:
     )
 
 
+MAX_NAME_CHARS = 200
+
+
 def safe_name(name: str) -> str:
-    """A display name: no directories, no control characters, bounded length."""
+    """A display name: no directories, no control characters, bounded length; a shortened name
+    keeps its extension, which decides how the file is read."""
     base = name.replace("\\", "/").rsplit("/", 1)[-1]
-    cleaned = "".join(ch if ch.isprintable() else "_" for ch in base).strip()
-    return (cleaned or "unnamed")[:200]
+    cleaned = "".join(ch if ch.isprintable() else "_" for ch in base).strip() or "unnamed"
+    if len(cleaned) <= MAX_NAME_CHARS:
+        return cleaned
+    stem, dot, ext = cleaned.rpartition(".")
+    if dot and stem and len(ext) <= 10:
+        return stem[: MAX_NAME_CHARS - len(ext) - 2] + "…." + ext
+    return cleaned[: MAX_NAME_CHARS - 1] + "…"

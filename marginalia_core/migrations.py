@@ -36,8 +36,10 @@ def m001_initial(conn: sqlite3.Connection) -> None:
             text TEXT NOT NULL DEFAULT '',
             page_starts TEXT NOT NULL DEFAULT '[0]'
         );
+        -- AUTOINCREMENT: a chunk id is never reused after a delete, so an in-memory matrix
+        -- loaded before the delete can never attribute its score to a newer chunk
         CREATE TABLE chunks (
-            id INTEGER PRIMARY KEY,
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
             document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
             idx INTEGER NOT NULL,
             content TEXT NOT NULL,

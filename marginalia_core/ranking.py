@@ -32,8 +32,8 @@ class VectorIndex:
         self.embed_dim = embed_dim
         self._lock = threading.Lock()
         self._generation = -1
-        self._ids = np.zeros(0, dtype=np.int64)
-        self._matrix = np.zeros((0, embed_dim), dtype=np.float32)
+        # (ids, matrix) replaced as one tuple, so a reader never pairs new ids with old vectors
+        self._snapshot = (np.zeros(0, dtype=np.int64), np.zeros((0, embed_dim), dtype=np.float32))
 
     def _current(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, matrix) as of the store's current generation; reloads when it moved."""
@@ -45,8 +45,9 @@ class VectorIndex:
                     generation, ids, matrix = self.store.load_vectors(
                         self.embed_model, self.embed_dim
                     )
-                    self._ids, self._matrix, self._generation = ids, matrix, generation
-        return self._ids, self._matrix
+                    self._snapshot = (ids, matrix)
+                    self._generation = generation
+        return self._snapshot
 
     def refresh(self) -> None:
         self._generation = -1
@@ -57,7 +58,8 @@ class VectorIndex:
 
     @property
     def nbytes(self) -> int:
-        return int(self._matrix.nbytes + self._ids.nbytes)
+        ids, matrix = self._snapshot
+        return int(matrix.nbytes + ids.nbytes)
 
     def score_all(self, query_vector: np.ndarray) -> Scored:
         """Cosine score of every chunk (unsorted), for the Inspector and for fusion."""

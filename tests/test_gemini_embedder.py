@@ -268,6 +268,16 @@ def test_persistently_slow_service_errors_within_bounded_time(fake_gemini):
         emb.embed_query("never answered")
     assert time.monotonic() - started < 3 * 0.3 + 1.5
     assert "timed out" in str(info.value)
+    # a question's embedding stops retrying once QUERY_DEADLINE_TIMEOUTS request timeouts
+    # have passed, even with attempts left
+    assert len(fake_gemini.requests) == 2
+
+
+def test_documents_use_every_attempt_when_slow(fake_gemini):
+    fake_gemini.set_latency(5.0)
+    emb = make_embedder(fake_gemini, attempts=3, gemini_timeout_s=0.3)
+    with pytest.raises(EmbeddingError):
+        emb.embed_documents(["never answered"])
     assert len(fake_gemini.requests) == 3
 
 

@@ -50,6 +50,6 @@ def test_index_does_not_reload_without_changes(store):
     _doc(store, "a", l2_normalize(np.eye(4)[:2]))
     index = VectorIndex(store, "m", 4)
     index.search(np.ones(4, dtype=np.float32), k=1)
-    matrix = index._matrix
+    snapshot = index._snapshot
     index.search(np.ones(4, dtype=np.float32), k=1)
-    assert index._matrix is matrix
+    assert index._snapshot is snapshot

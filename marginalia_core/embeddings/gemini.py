@@ -9,6 +9,7 @@ accepts at most MAX_BATCH texts per request, so documents go out in batches, sev
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,9 @@ DEFAULT_THRESHOLD = 0.35
 DEFAULT_CONCURRENCY = 4
 TASK_DOCUMENT = "RETRIEVAL_DOCUMENT"
 TASK_QUERY = "RETRIEVAL_QUERY"
+# A question's embedding sits in front of every answer: past this many request timeouts the
+# user gets an error instead of more retries.
+QUERY_DEADLINE_TIMEOUTS = 2.0
 
 
 class GeminiEmbedder(EmbedderBase):
@@ -48,6 +52,7 @@ class GeminiEmbedder(EmbedderBase):
         batch_size: int | None = None,
     ):
         self._api_key = settings.gemini_api_key
+        self._query_deadline_s = QUERY_DEADLINE_TIMEOUTS * settings.gemini_timeout_s
         self._client = client if client is not None else make_client(settings)
         self.retry = retry or RetryPolicy()
         limit = concurrency if concurrency is not None else settings.gemini_concurrency
@@ -73,8 +78,9 @@ class GeminiEmbedder(EmbedderBase):
                 model=self.model, contents=contents, config=config
             )
 
+        deadline = time.monotonic() + self._query_deadline_s if query else None
         try:
-            response = self.retry.call(call, cancel=cancel)
+            response = self.retry.call(call, cancel=cancel, deadline=deadline)
         except Exception as exc:
             raise self._error(exc) from exc
         embeddings = response.embeddings or []
