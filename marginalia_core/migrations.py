@@ -98,6 +98,13 @@ def m002_chunks_fts(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m003_deletion_counter(conn: sqlite3.Connection) -> None:
+    """Bumped by every write that removes chunks: while it stands still, an in-memory index can
+    load just the chunks added since (ids only grow) instead of every vector again."""
+    conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('deletions', 0)")
+
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes."""
     conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT)")

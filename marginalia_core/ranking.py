@@ -32,25 +32,43 @@ class VectorIndex:
         self.embed_dim = embed_dim
         self._lock = threading.Lock()
         self._generation = -1
+        self._deletions = -1
         # (ids, matrix) replaced as one tuple, so a reader never pairs new ids with old vectors
         self._snapshot = (np.zeros(0, dtype=np.int64), np.zeros((0, embed_dim), dtype=np.float32))
 
     def _current(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, matrix) as of the store's current generation; reloads when it moved."""
+        """(ids, matrix) as of the store's current generation; reloads when it moved.
+
+        When nothing was deleted since the last load, only the chunks added since are read
+        (ids only grow) and appended; any deletion or re-index means one full reload.
+        """
         if self.store.generation() != self._generation:
             with self._lock:
                 if self.store.generation() != self._generation:
-                    # generation, ids and vectors come from one snapshot, so a write racing
-                    # this load is seen by the next query rather than masked
-                    generation, ids, matrix = self.store.load_vectors(
-                        self.embed_model, self.embed_dim
-                    )
-                    self._snapshot = (ids, matrix)
-                    self._generation = generation
+                    self._reload()
         return self._snapshot
 
+    def _reload(self) -> None:
+        ids, matrix = self._snapshot
+        _, deletions = self.store.counters()
+        if deletions == self._deletions and len(ids):
+            counters, new_ids, new_rows = self.store.load_vectors(
+                self.embed_model, self.embed_dim, after_id=int(ids[-1])
+            )
+            if counters[1] == deletions:  # no delete raced the read
+                self._snapshot = (np.concatenate([ids, new_ids]), np.vstack([matrix, new_rows]))
+                self._generation = counters[0]
+                return
+        counters, ids, matrix = self.store.load_vectors(self.embed_model, self.embed_dim)
+        # generation and vectors come from one snapshot, so a write racing this load is seen
+        # by the next query rather than masked
+        self._snapshot = (ids, matrix)
+        self._generation, self._deletions = counters
+
     def refresh(self) -> None:
-        self._generation = -1
+        """Drop the matrix and load every vector again."""
+        with self._lock:
+            self._generation = self._deletions = -1
         self._current()
 
     def __len__(self) -> int:

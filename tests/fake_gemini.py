@@ -415,6 +415,7 @@ def _system_text(body: dict) -> str:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall per streamed request
     fake: FakeGeminiServer  # set on the per-server subclass
     st: _State  # the server state when the current request arrived
     protocol_version = "HTTP/1.1"

@@ -53,3 +53,21 @@ def test_index_does_not_reload_without_changes(store):
     snapshot = index._snapshot
     index.search(np.ones(4, dtype=np.float32), k=1)
     assert index._snapshot is snapshot
+
+
+def test_additions_are_appended_without_a_full_reload(store, monkeypatch):
+    _doc(store, "a", l2_normalize(np.eye(4)[:2]))
+    index = VectorIndex(store, "m", 4)
+    assert len(index) == 2
+    calls = []
+    real = store.load_vectors
+    monkeypatch.setattr(store, "load_vectors", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    _doc(store, "b", l2_normalize(np.eye(4)[2:]))
+    assert len(index) == 4 and calls[-1].get("after_id", 0) > 0  # only the new rows were read
+    ids, matrix = index._snapshot
+    assert ids.tolist() == sorted(ids.tolist()) and matrix.shape == (4, 4)
+    q = np.array([0, 0, 0, 1], dtype=np.float32)
+    assert index.search(q, k=1).scores[0] > 0.99
+    # a deletion forces a full reload, and the deleted rows are gone
+    store.delete_document(store.list_documents()[-1]["id"])
+    assert len(index) == 2 and calls[-1].get("after_id", 0) == 0

@@ -96,7 +96,7 @@ def test_replace_is_atomic(store):
 def test_load_vectors_filters_by_embedder(store):
     _add(store, "a.txt", embed_model="m1")
     _add(store, "b.txt", embed_model="m2")
-    gen, ids, matrix = store.load_vectors("m1", 8)
+    (gen, _), ids, matrix = store.load_vectors("m1", 8)
     assert gen == store.generation()
     assert matrix.shape == (len(ids), 8) and matrix.dtype == np.float32
     owners = {r["document_name"] for r in store.chunks_by_ids(ids.tolist()).values()}
