@@ -16,13 +16,18 @@ Metrics (an answer span "is in" a text when any gold answer occurs in it, case-i
 whitespace-normalized):
 
 - ``recall_at_k``: some retrieved source contains an answer span (the ceiling for the rest);
+  ``recall_at_1``: source [1] does (what always citing [1] would score as ``cite_rate``);
 - ``cite_rate``: the answer cites at least one source that contains an answer span;
+- ``cited_precision``: mean share of the cited sources that contain an answer span (citing
+  everything would raise ``cite_rate`` and sink this);
 - ``answer_rate``: the answer text itself (citation marks removed) contains an answer span;
 - ``lead_rate``: its first sentence does (what a reader sees first);
 - ``cite_rate_given_recall`` / ``answer_rate_given_recall``: the same, over the questions
   whose sources contain the answer (how well the answerer picks among retrieved passages);
 - ``baseline_first_sentence_answer_rate``: answering with the first full sentence of source [1];
-- ``nothing_found_rate``, ``invalid_citations``, answer length, latency (ask -> done, ms).
+- ``nothing_found_rate``: the answer says the passages don't answer it (it still quotes and
+  cites the closest sentence) or cites nothing;
+- ``invalid_citations``, answer length, latency (ask -> done, ms).
 
 Data is read from ../shared/eval/squad-v1.1-dev (never copied). Results are written to
 benchmarks/results/squad_answers.json (keyed by run name: "full", "quick" or "custom").
@@ -64,6 +69,8 @@ FULL_QUESTIONS = 300
 QUICK_ARTICLES = ("Normans",)
 QUICK_QUESTIONS = 40
 SEED = 1234
+# how the answerer says the passages don't answer the question (it still quotes the closest)
+NOT_ANSWERED = "The passages I found don't seem to answer this directly."
 
 
 # --- data --------------------------------------------------------------------------------------
@@ -204,14 +211,21 @@ def ask_all(ws: Workspace, questions: list[dict[str, Any]], verbose: bool = Fals
             "ok": end.get("type") == "done",
             "k": len(sources),
             "recall": any(contains_answer(s["content"], q["answers"]) for s in sources),
+            "recall1": bool(sources) and contains_answer(sources[0]["content"], q["answers"]),
             "cite": any(
                 contains_answer(by_n[n]["content"], q["answers"]) for n in cited if n in by_n
+            ),
+            "precision": (
+                sum(contains_answer(by_n[n]["content"], q["answers"]) for n in cited if n in by_n)
+                / len(cited)
+                if cited
+                else 0.0
             ),
             "answer_hit": contains_answer(plain, q["answers"]),
             "lead_hit": contains_answer(first_sentence(plain), q["answers"]),
             "baseline_hit": bool(sources)
             and contains_answer(first_sentence(sources[0]["content"]), q["answers"]),
-            "nothing_found": not cited,
+            "nothing_found": not cited or answer.startswith(NOT_ANSWERED),
             "invalid": len(end.get("invalidCitations", [])),
             "chars": len(plain),
             "sentences": len(find_marks(answer)),
@@ -237,7 +251,9 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     return {
         "questions": n,
         "recall_at_k": rate("recall"),
+        "recall_at_1": rate("recall1"),
         "cite_rate": rate("cite"),
+        "cited_precision": round(statistics.mean(r["precision"] for r in rows), 4) if rows else 0,
         "answer_rate": rate("answer_hit"),
         "lead_rate": rate("lead_hit"),
         "cite_rate_given_recall": rate("cite", found),
@@ -319,8 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     summary, rows = run(ids, n, k=args.k, seed=args.seed, verbose=args.verbose)
     summary["seconds"] = round(time.perf_counter() - t0, 1)
-    summary["command"] = "python benchmarks/squad_answers.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
+    summary["command"] = " ".join(
+        ["python benchmarks/squad_answers.py", *(sys.argv[1:] if argv is None else argv)]
     )
     summary["examples"] = [
         {key: r[key] for key in ("question", "answers", "answer", "cite")} for r in rows[:5]

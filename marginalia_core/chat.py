@@ -2,21 +2,28 @@
 
 ``meta`` carries every retrieved source before the first token, so marks are clickable the moment
 the answer starts. The question and its answer are saved together, only once the answer is
-complete, with only the sources the answer actually cites; a failed, interrupted or abandoned
-answer (the consumer closing the generator) saves nothing.
+complete, with only the sources the answer actually cites (each with its ``n``, so a reloaded
+conversation maps every mark to its passage); a failed, interrupted or abandoned answer (the
+consumer closing the generator) saves nothing, not even a new conversation's row.
+
+With no passage above the threshold the engine says so itself; no model is called. Follow-ups
+retrieve with the previous question borrowed (``prompting.retrieval_query``) and send the last
+``HISTORY`` messages as user/model turns, the earlier answers without their ``[n]`` marks (those
+numbered other sources).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from . import events
 from .answerers.base import Answerer
-from .citations import cited
+from .citations import MARK_RE, cited
 from .config import Settings
-from .errors import MarginaliaError
+from .errors import MarginaliaError, NotFoundError
 from .prompting import (
     NO_DOCUMENTS_ANSWER,
     NO_SOURCES_ANSWER,
@@ -31,10 +38,20 @@ log = logging.getLogger(__name__)
 HISTORY = 10  # messages sent as user/model turns
 TITLE_CHARS = 64
 MAX_QUESTION_CHARS = 8_000
+ID_RE = re.compile(r"^[0-9a-f]{32}$")  # the shape of store.new_id()
 
 
 def make_title(question: str) -> str:
     return " ".join(question.split())[:TITLE_CHARS]
+
+
+def history_turn(message: dict[str, Any]) -> dict[str, str]:
+    """A stored message as a history turn. An earlier answer's ``[n]`` marks numbered *its*
+    sources, not this question's, so they are removed rather than left to be misread."""
+    content = message["content"]
+    if message["role"] == "assistant":
+        content = re.sub(r"[ \t]+([.,;:!?])", r"\1", MARK_RE.sub("", content))
+    return {"role": message["role"], "content": content}
 
 
 class ChatEngine:
@@ -64,14 +81,7 @@ class ChatEngine:
             )
             return
         try:
-            if conversation_id:
-                title = self.store.get_conversation(conversation_id)["title"]
-                history = [
-                    {"role": m["role"], "content": m["content"]}
-                    for m in self.store.messages(conversation_id, limit=HISTORY)
-                ]
-            else:
-                conversation_id, title, history = new_id(), make_title(question), []
+            conversation_id, title, history = self._conversation(conversation_id, question)
             hits = self.retriever.search(
                 retrieval_query(question, history), k=k, threshold=threshold
             )
@@ -97,15 +107,23 @@ class ChatEngine:
 
         parts: list[str] = []
         try:
-            for piece in self.answerer.stream(
+            stream = self.answerer.stream(
                 question,
                 sources,
                 history,
                 system_instruction=build_system_instruction(sources),
-            ):
-                if piece:
-                    parts.append(piece)
-                    yield events.token(piece)
+            )
+            try:
+                for piece in stream:
+                    if piece:
+                        parts.append(piece)
+                        yield events.token(piece)
+            finally:
+                # a consumer that stops early also closes the model's stream (its HTTP
+                # connection) at once, not whenever the generator is garbage-collected
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()
         except MarginaliaError as exc:
             yield events.error(exc.message, exc.reason, conversationId=conversation_id)
             return
@@ -126,6 +144,23 @@ class ChatEngine:
             )
             return
         yield from self._finish(conversation_id, title, question, answer, sources)
+
+    def _conversation(
+        self, conversation_id: str | None, question: str
+    ) -> tuple[str, str, list[dict[str, str]]]:
+        """(id, title, history) for this question. A new conversation gets its id now but is
+        only stored with its first complete answer; so an id that ``meta`` announced for an
+        answer that then failed is still good for the retry, which starts it."""
+        if not conversation_id:
+            return new_id(), make_title(question), []
+        try:
+            title = self.store.get_conversation(conversation_id)["title"]
+        except NotFoundError:
+            if not ID_RE.match(conversation_id):
+                raise
+            return conversation_id, make_title(question), []
+        messages = self.store.messages(conversation_id, limit=HISTORY)
+        return conversation_id, title, [history_turn(m) for m in messages]
 
     def _finish(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-MARK_RE = re.compile(r"\[(\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*)\]")
+MARK_RE = re.compile(r"\[\s*(\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*)\s*\]")
 MAX_RANGE = 20  # "[1-300]" is not a citation worth expanding
 
 
@@ -25,7 +25,7 @@ class Mark:
 
 def _numbers(body: str) -> tuple[int, ...]:
     out: list[int] = []
-    for part in re.split(r"\s*[,;]\s*", body):
+    for part in re.split(r"\s*[,;]\s*", body.strip()):
         if re.search(r"[–-]", part):
             lo, hi = (int(x) for x in re.split(r"\s*[–-]\s*", part))
             if lo <= hi and hi - lo <= MAX_RANGE:

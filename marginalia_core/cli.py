@@ -225,7 +225,18 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    logging.basicConfig(level=logging.WARNING, stream=err, format="%(levelname)s %(message)s")
+    handler = logging.StreamHandler(err)  # per call, so in-process callers get their own stream
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        return _run(argv, out, err)
+    finally:
+        root.removeHandler(handler)
+
+
+def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     args = build_parser().parse_args(argv)
     ws = None
     try:

@@ -42,18 +42,29 @@ def build_system_instruction(sources: Sequence[dict[str, Any]]) -> str:
     )
 
 
-FOLLOWUP_WORDS = frozenset(
+_FOLLOWUP_WORDS = (
     "it its that this those these they them their he she his her there such else more "
-    "also another other same above".split()
+    "also another other same above"
 )
+FOLLOWUP_WORDS = frozenset(_FOLLOWUP_WORDS.split())
 FOLLOWUP_MAX_WORDS = 12
+FOLLOWUP_STARTS = ("and ", "but ", "what about ", "how about ", "why not", "why?", "how so")
+
+
+def is_follow_up(question: str) -> bool:
+    """A short question that leans on the conversation: "what else does it say about that?",
+    "and in 1990?", "why?"."""
+    q = " ".join(question.lower().split())
+    words = q.replace("?", " ").replace(",", " ").split()
+    if not words or len(words) > FOLLOWUP_MAX_WORDS:
+        return False
+    return bool(FOLLOWUP_WORDS.intersection(words)) or q.startswith(FOLLOWUP_STARTS)
 
 
 def retrieval_query(question: str, history: Sequence[dict[str, Any]]) -> str:
-    """The text to retrieve with: a short follow-up that leans on the conversation ("what else
-    does it say about that?") borrows the previous question so the pronouns have a referent."""
-    words = question.lower().replace("?", " ").split()
+    """The text to retrieve with: a follow-up borrows the previous question so its pronouns have
+    a referent (the previous question, not the previous answer: it names the topic)."""
     previous = next((m["content"] for m in reversed(history) if m["role"] == "user"), None)
-    if previous and len(words) <= FOLLOWUP_MAX_WORDS and FOLLOWUP_WORDS.intersection(words):
+    if previous and is_follow_up(question):
         return f"{previous}\n{question}"
     return question

@@ -1,0 +1,167 @@
+"""``python -m marginalia_core``: ask / conversations / conversation / delete-conversation print
+the SPEC's NDJSON events. In-process through ``cli.main(argv, out=, err=)``, and once as a real
+subprocess."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from marginalia_core import cli
+from marginalia_core.prompting import NO_DOCUMENTS_ANSWER
+
+MILL = (
+    "The mill was built in 1851 by the Carter family on the banks of the Mill River. "
+    "It ground wheat for the whole valley for more than sixty years.\n\n"
+    "In 1912 a flood destroyed the mill's great wheel and the building was abandoned. "
+    "The town bought the ruin in 1990 and restored it as a museum of milling."
+)
+
+
+@pytest.fixture
+def cli_run(db_path, local_embedder):
+    """Run the CLI in-process on the test database (offline mode); returns (code, lines, err)."""
+
+    def go(*argv: str) -> tuple[int, list[dict], str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = cli.main(
+            [*argv, "--db", str(db_path), "--embedder", "local", "--answerer", "extractive"],
+            out=out,
+            err=err,
+        )
+        text = out.getvalue()
+        assert text == "" or text.endswith("\n")
+        lines = [json.loads(line) for line in text.splitlines()]  # every line is one JSON object
+        return code, lines, err.getvalue()
+
+    return go
+
+
+@pytest.fixture
+def mill_file(tmp_path) -> Path:
+    path = tmp_path / "mill.txt"
+    path.write_text(MILL, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def indexed(cli_run, mill_file):
+    code, lines, err = cli_run("ingest", str(mill_file))
+    assert code == 0 and lines[-1]["type"] == "done", (lines, err)
+    return cli_run
+
+
+def test_ask_prints_meta_tokens_done_as_ndjson(indexed):
+    code, lines, err = indexed("ask", "When was the mill built?")
+    assert code == 0 and err == ""
+    meta, *tokens, done = lines
+    assert set(meta) == {"type", "conversationId", "title", "sources"}
+    assert meta["type"] == "meta" and meta["title"] == "When was the mill built?"
+    source = meta["sources"][0]
+    assert source["n"] == 1 and source["documentName"] == "mill.txt"
+    assert {"excerpt", "score", "page"} <= set(source)
+    assert tokens and all(set(t) == {"type", "text"} and t["type"] == "token" for t in tokens)
+    answer = "".join(t["text"] for t in tokens)
+    assert "1851" in answer and answer.endswith("[1].")
+    assert done["type"] == "done" and done["messageId"]
+    assert done["conversationId"] == meta["conversationId"]
+
+
+def test_ask_continues_a_conversation_and_the_listing_commands(indexed):
+    first = indexed("ask", "When was the mill built?")[1]
+    conv = first[0]["conversationId"]
+    other = indexed("ask", "Who restored the ruin?")[1][0]["conversationId"]
+    code, lines, _ = indexed("ask", "What happened to the mill in 1912?", "--conversation", conv)
+    assert code == 0 and lines[0]["conversationId"] == conv
+    assert lines[0]["title"] == "When was the mill built?"
+
+    code, lines, _ = indexed("conversations")
+    assert code == 0
+    assert [(c["type"], c["id"]) for c in lines] == [("conversation", conv), ("conversation", other)]
+    assert lines[0]["title"] == "When was the mill built?" and lines[0]["message_count"] == 4
+
+    code, lines, _ = indexed("conversation", conv)
+    assert code == 0
+    head, *messages = lines
+    assert head["type"] == "conversation" and head["id"] == conv
+    assert [(m["type"], m["role"]) for m in messages] == [
+        ("message", "user"),
+        ("message", "assistant"),
+    ] * 2
+    assert messages[0]["content"] == "When was the mill built?"
+    cited_sources = messages[1]["sources"]  # parsed, not a JSON string
+    assert isinstance(cited_sources, list) and cited_sources[0]["n"] == 1
+    assert cited_sources[0]["documentName"] == "mill.txt" and cited_sources[0]["content"]
+
+    code, lines, _ = indexed("delete-conversation", conv)
+    assert code == 0 and lines == [{"type": "done", "deleted": conv}]
+    assert [c["id"] for c in indexed("conversations")[1]] == [other]
+    code, lines, err = indexed("conversation", conv)
+    assert code == cli.EXIT_REFUSED and lines == [] and "No conversation" in err
+    code, _, err = indexed("delete-conversation", conv)
+    assert code == cli.EXIT_REFUSED and "No conversation" in err
+
+
+def test_ask_with_no_documents(cli_run):
+    code, lines, _ = cli_run("ask", "Anything?")
+    assert code == 0
+    assert [e["type"] for e in lines] == ["meta", "token", "done"]
+    assert lines[0]["sources"] == [] and lines[1]["text"] == NO_DOCUMENTS_ANSWER
+
+
+def test_ask_errors_exit_non_zero_with_a_message(indexed):
+    code, lines, err = indexed("ask", "   ")
+    assert code == cli.EXIT_REFUSED
+    assert [e["type"] for e in lines] == ["error"] and err.startswith("error: ")
+    code, lines, err = indexed("ask", "When?", "--conversation", "bogus")
+    assert code == cli.EXIT_REFUSED and lines[0]["type"] == "error" and "bogus" in err
+    assert indexed("conversations")[1] == []  # nothing was created
+
+
+def test_real_subprocess_ingest_ask_and_a_refused_file(tmp_path, mill_file):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL")
+    }
+    env.update(
+        HF_HUB_OFFLINE="1",
+        MARGINALIA_DB=str(tmp_path / "cli.db"),
+        MARGINALIA_EMBEDDER="local",
+        MARGINALIA_ANSWERER="extractive",
+        PYTHONPATH=str(ROOT),
+    )
+
+    def call(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "marginalia_core", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    ingest = call("ingest", str(mill_file))
+    assert ingest.returncode == 0, ingest.stderr
+    assert json.loads(ingest.stdout.splitlines()[-1])["type"] == "done"
+
+    ask = call("ask", "When was the mill built?")
+    assert ask.returncode == 0, ask.stderr
+    events = [json.loads(line) for line in ask.stdout.splitlines()]
+    assert events[0]["type"] == "meta" and events[-1]["type"] == "done"
+    assert "Traceback" not in ask.stderr
+
+    binary = tmp_path / "photo.txt"
+    binary.write_bytes(bytes(range(256)) * 8)
+    refused = call("ingest", str(binary))
+    assert refused.returncode != 0
+    assert json.loads(refused.stdout.splitlines()[-1])["type"] == "error"
+    assert "refused" in refused.stderr and "Traceback" not in refused.stderr
