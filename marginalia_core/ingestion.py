@@ -11,7 +11,7 @@ import hashlib
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,45 @@ def _embed_with_progress(
     yield result["vectors"]
 
 
+def _index_text(
+    store: Store,
+    embedder: Embedder,
+    *,
+    name: str,
+    text: str,
+    page_starts: list[int],
+    target: int,
+    overlap: int,
+    **document: Any,
+) -> Generator[dict[str, Any], None, dict[str, Any]]:
+    """chunk -> embed -> store, yielding stage events; returns the stored document row.
+
+    ``document`` carries the remaining ``Store.add_document`` fields (mime, size, hash, ...).
+    """
+    yield events.stage("chunking", name, characters=len(text))
+    chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
+    yield events.stage("chunking", name, chunks=len(chunks))
+    vectors = None
+    for item in _embed_with_progress(embedder, [c.text for c in chunks], name):
+        if isinstance(item, np.ndarray):
+            vectors = item
+        else:
+            yield item
+    yield events.stage("storing", name, chunks=len(chunks))
+    return store.add_document(
+        name=name,
+        embed_model=embedder.model,
+        embed_dim=embedder.dimension,
+        chunks=chunks,
+        embeddings=vectors,
+        chunk_target=target,
+        chunk_overlap=overlap,
+        text=text,
+        page_starts=page_starts,
+        **document,
+    )
+
+
 def ingest_bytes(
     store: Store,
     embedder: Embedder,
@@ -112,35 +151,18 @@ def ingest_bytes(
         extracted = extract(
             name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes
         )
-        yield events.stage("chunking", name, characters=len(extracted.text))
-        chunks = chunk_text(
-            extracted.text,
+        doc = yield from _index_text(
+            store,
+            embedder,
+            name=name,
+            text=extracted.text,
+            page_starts=extracted.page_starts,
             target=settings.chunk_target,
             overlap=settings.chunk_overlap,
-            page_starts=extracted.page_starts,
-        )
-        yield events.stage("chunking", name, chunks=len(chunks))
-        vectors = None
-        for item in _embed_with_progress(embedder, [c.text for c in chunks], name):
-            if isinstance(item, np.ndarray):
-                vectors = item
-            else:
-                yield item
-        yield events.stage("storing", name, chunks=len(chunks))
-        doc = store.add_document(
-            name=name,
             mime=extracted.mime,
             size=len(data),
             content_hash=digest,
-            embed_model=embedder.model,
-            embed_dim=embedder.dimension,
-            chunks=chunks,
-            embeddings=vectors,
             page_count=extracted.page_count,
-            chunk_target=settings.chunk_target,
-            chunk_overlap=settings.chunk_overlap,
-            text=extracted.text,
-            page_starts=extracted.page_starts,
             replace_id=replace_id,
         )
         yield events.done(document=doc, duplicate=False, file=name)
@@ -204,29 +226,18 @@ def reindex_document(
         text, page_starts = store.document_source(document_id)
         target = target or settings.chunk_target
         overlap = settings.chunk_overlap if overlap is None else overlap
-        yield events.stage("chunking", name, characters=len(text))
-        chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
-        vectors = None
-        for item in _embed_with_progress(embedder, [c.text for c in chunks], name):
-            if isinstance(item, np.ndarray):
-                vectors = item
-            else:
-                yield item
-        yield events.stage("storing", name, chunks=len(chunks))
-        new = store.add_document(
+        new = yield from _index_text(
+            store,
+            embedder,
             name=name,
+            text=text,
+            page_starts=page_starts,
+            target=target,
+            overlap=overlap,
             mime=doc["mime"],
             size=doc["size"],
             content_hash=doc["content_hash"],
-            embed_model=embedder.model,
-            embed_dim=embedder.dimension,
-            chunks=chunks,
-            embeddings=vectors,
             page_count=doc["page_count"],
-            chunk_target=target,
-            chunk_overlap=overlap,
-            text=text,
-            page_starts=page_starts,
             replace_id=document_id,
             document_id=document_id,
         )

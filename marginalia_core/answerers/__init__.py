@@ -3,9 +3,9 @@ importing this package pulls in neither google-genai nor modules that are not wr
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from ..registry import resolve
 from .base import Answerer, HistoryTurn, Source
 
 if TYPE_CHECKING:
@@ -19,17 +19,7 @@ ANSWERERS: dict[str, type | str] = {
 
 def answerer_class(name: str) -> type:
     """The class registered under ``name`` (importing it if registered by path)."""
-    try:
-        entry = ANSWERERS[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown answerer {name!r}; choose one of: {', '.join(sorted(ANSWERERS))}"
-        ) from None
-    if isinstance(entry, str):
-        module_name, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module_name), attr)
-        ANSWERERS[name] = entry
-    return entry
+    return resolve(ANSWERERS, name, "answerer")
 
 
 def get_answerer(settings: Settings, **kwargs: Any) -> Answerer:

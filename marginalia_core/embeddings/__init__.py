@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
-
 from ..config import Settings
+from ..registry import resolve
 from .base import Embedder, EmbedderBase, embedder_key, l2_normalize
 
 # name -> "module:Class"; imported on first use so a missing optional dependency only matters
 # when that provider is chosen
-EMBEDDERS: dict[str, str] = {
+EMBEDDERS: dict[str, type | str] = {
     "local": "marginalia_core.embeddings.local:LocalEmbedder",
     "gemini": "marginalia_core.embeddings.gemini:GeminiEmbedder",
 }
 
 
 def embedder_class(name: str) -> type:
-    try:
-        target = EMBEDDERS[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown embedder {name!r}; choose one of: {', '.join(sorted(EMBEDDERS))}"
-        ) from None
-    module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return resolve(EMBEDDERS, name, "embedder")
 
 
 def get_embedder(settings: Settings) -> Embedder:
