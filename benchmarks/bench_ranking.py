@@ -1,6 +1,6 @@
 """Dense ranking speed at 10k / 100k / 1M chunks of 768 dims, against a floor and a naive scan.
 
-    python benchmarks/bench_ranking.py                 # full: 10k, 100k, 1M (~3-6 min, ~10 GB peak)
+    python benchmarks/bench_ranking.py                 # full: 10k, 100k, 1M (~4-6 min, ~10 GB peak)
     python benchmarks/bench_ranking.py --quick         # 10k only, few queries (CI smoke test)
     python benchmarks/bench_ranking.py --sizes 10000,100000 --queries 100
 
@@ -27,10 +27,14 @@ noisy, so ratios within a run are the figures to read, not absolute times):
 - ``naive``: read every BLOB from SQLite per query and score row by row (``np.frombuffer`` +
   dot per row, ``heapq.nlargest``); ``naive_pure_python`` does the dot in pure Python. Run at
   small sizes with few queries; larger sizes are extrapolated linearly and labelled so;
-- ``first_query_after_add_document``: adding one document bumps the generation, so the next
-  query reloads every vector (sizes <= 100k; at 1M it costs what ``load`` costs);
-- ``load``: ``Store.load_vectors`` at start (time, RSS before/after, peak RSS during), next to
-  a preallocating loader (the proposed fix) measured the same way.
+- ``refresh``: the first query after adding one 10-chunk document (``VectorIndex`` appends
+  only the new rows: no deletion since the last load) and the one after it, then the first
+  query after deleting that document (a deletion means a full reload) and the one after it;
+  3 add/delete cycles (2 at 1M, 1 in ``--quick``), median and every cycle kept;
+- ``load``: ``Store.load_vectors`` at start, through ``VectorIndex.refresh`` (time, RSS
+  before/after, peak RSS during), next to ``load_before_01796c5``, a verbatim copy of the
+  loader the project had before commit 01796c5 (``fetchall`` + ``b"".join`` + ``astype``),
+  measured the same way in alternating fresh subprocesses: a before/after in one run.
 """
 
 from __future__ import annotations
@@ -151,34 +155,26 @@ def build_store(path: Path, n: int, add_document_max: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- loading
 
 
-def load_preallocated(store: Store, model: str, dim: int) -> tuple[int, np.ndarray, np.ndarray]:
-    """The proposed fix for Store.load_vectors: count, preallocate, fill from the cursor in
-    pages (no list of every row, no joined copy, no astype copy). Same snapshot semantics."""
+def load_before_01796c5(store: Store, model: str, dim: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """``Store.load_vectors`` as it was before commit 01796c5 (``git show 01796c5^:
+    marginalia_core/store.py``), copied verbatim, so the old loader can be timed next to the
+    current one on the same file: every row in a list, one joined copy, one ``astype`` copy."""
     conn = store.conn
     conn.execute("BEGIN")
     try:
         generation = int(conn.execute("SELECT value FROM state WHERE key = 'generation'").fetchone()[0])
-        where = "FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.embed_model = ? AND d.embed_dim = ?"
-        n = conn.execute(f"SELECT COUNT(*) {where}", (model, dim)).fetchone()[0]
-        ids = np.empty(n, dtype=np.int64)
-        matrix = np.empty((n, dim), dtype=np.float32)
-        flat = matrix.reshape(-1).view(np.uint8)
-        row_bytes = dim * 4
-        cur = conn.cursor()
-        cur.row_factory = None
-        cur.execute(f"SELECT c.id, c.embedding {where} ORDER BY c.id", (model, dim))
-        i = 0
-        while True:
-            page = cur.fetchmany(4096)
-            if not page:
-                break
-            for cid, blob in page:
-                ids[i] = cid
-                flat[i * row_bytes : (i + 1) * row_bytes] = np.frombuffer(blob, dtype=np.uint8)
-                i += 1
+        rows = conn.execute(
+            "SELECT c.id, c.embedding FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE d.embed_model = ? AND d.embed_dim = ? ORDER BY c.id",
+            (model, dim),
+        ).fetchall()
     finally:
         conn.execute("COMMIT")
-    return generation, ids[:i], matrix[:i]
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    if not rows:
+        return generation, ids, np.zeros((0, dim), dtype=np.float32)
+    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=VECTOR_DTYPE)
+    return generation, ids, matrix.reshape(len(rows), dim).astype(np.float32)
 
 
 def load_probe(path: str, which: str) -> None:
@@ -197,7 +193,7 @@ def load_probe(path: str, which: str) -> None:
         index.refresh()  # Store.load_vectors under VectorIndex's lock
         shape = index._current()[1].shape
     else:
-        _, ids, matrix = load_preallocated(store, MODEL, DIM)
+        _, ids, matrix = load_before_01796c5(store, MODEL, DIM)
         shape = matrix.shape
     seconds = time.perf_counter() - t0
     print(json.dumps({"seconds": seconds, "rss_before_mb": before, "rss_after_mb": C.rss_mb(),
@@ -205,12 +201,12 @@ def load_probe(path: str, which: str) -> None:
 
 
 def measure_load(path: Path, n: int, reps: int) -> dict[str, Any]:
-    """Project loader (VectorIndex.refresh -> Store.load_vectors) vs a preallocating loader, each
+    """Project loader (VectorIndex.refresh -> Store.load_vectors) vs the pre-01796c5 loader, each
     in a fresh subprocess (so RSS before/after is that of an app starting), alternating."""
     out: dict[str, Any] = {"reps": reps, "page_cache": "warm (the file was just written)"}
-    runs: dict[str, list[dict[str, Any]]] = {"project": [], "preallocated": []}
+    runs: dict[str, list[dict[str, Any]]] = {"project": [], "before_01796c5": []}
     for rep in range(reps):
-        for which in ("preallocated", "project") if rep % 2 else ("project", "preallocated"):
+        for which in ("before_01796c5", "project") if rep % 2 else ("project", "before_01796c5"):
             res = subprocess.run(
                 [sys.executable, __file__, "--load-probe", str(path), which],
                 capture_output=True, text=True, check=True,
@@ -232,7 +228,7 @@ def measure_load(path: Path, n: int, reps: int) -> dict[str, Any]:
             "rss_peak_added_mb": round(med["rss_peak_mb"] - med["rss_before_mb"], 1),
         }
     out["matrix_mb"] = round(n * DIM * 4 / 2**20, 1)
-    out["preallocated_speedup"] = C.ratio(out["project"]["seconds_median"], out["preallocated"]["seconds_median"])
+    out["project_speedup_over_before"] = C.ratio(out["before_01796c5"]["seconds_median"], out["project"]["seconds_median"])
     return out
 
 
@@ -297,7 +293,7 @@ def _time(fn) -> float:
 
 
 def measure_queries(store: Store, index: VectorIndex, queries: np.ndarray, targets: list[int],
-                    retriever_queries: int, refresh_after_add: bool = True) -> dict[str, Any]:
+                    retriever_queries: int, refresh_cycles: int = 3) -> dict[str, Any]:
     """Every variant on every query, in an order rotated per query, so noise hits all alike."""
     ids, matrix = index._current()
     threads = C.blas_threads()
@@ -365,22 +361,47 @@ def measure_queries(store: Store, index: VectorIndex, queries: np.ndarray, targe
         for mode in ("dense", "hybrid"):
             out[f"retriever_{mode}_over_project_p50"] = C.ratio(
                 C.percentile(times[f"retriever_{mode}"], 50), C.percentile(pr, 50))
-    if refresh_after_add:
-        # any write bumps the generation: the next query reloads every vector (no incremental
-        # refresh). Add one 10-chunk document and time the next search (restored afterwards).
-        vecs = _vectors(np.random.default_rng(SEED), 10)
-        chunks = [Chunk(idx=j, start=0, end=5, text="added", page_start=1, page_end=1) for j in range(10)]
+    if refresh_cycles:
+        out["refresh"] = measure_refresh(store, index, queries, refresh_cycles)
+    if retriever_queries:
+        out["hybrid_breakdown"] = hybrid_breakdown(retr, emb, queries, texts, warm, min(retriever_queries, 20))
+    return out
+
+
+def measure_refresh(store: Store, index: VectorIndex, queries: np.ndarray, cycles: int) -> dict[str, Any]:
+    """``cycles`` times: add one 10-chunk document and time the next two searches (VectorIndex
+    appends only the new rows when nothing was deleted), then delete it and time the next two
+    (a deletion means a full reload). The index ends as it started.
+
+    Both refreshes allocate a new matrix-sized array. On this VM the first fresh allocation of
+    that size in a process can cost far more than later ones (first touch of guest memory, and
+    transparent huge pages), so every cycle is kept and the median is reported next to them."""
+    n0 = len(index._current()[0])
+    vecs = _vectors(np.random.default_rng(SEED), 10)
+    chunks = [Chunk(idx=j, start=0, end=5, text="added", page_start=1, page_end=1) for j in range(10)]
+    keys = ("add_document_ms", "first_query_after_add_ms", "next_query_after_add_ms",
+            "first_query_after_delete_ms", "next_query_after_delete_ms")
+    per: dict[str, list[float]] = {k: [] for k in keys}
+    for c in range(cycles):
+        t0 = time.perf_counter()
         doc = store.add_document(
-            name="added.txt", mime="text/plain", size=50, content_hash=uuid.uuid4().hex,
+            name=f"added-{c}.txt", mime="text/plain", size=50, content_hash=uuid.uuid4().hex,
             embed_model=MODEL, embed_dim=DIM, chunks=chunks, embeddings=vecs,
             chunk_target=1400, chunk_overlap=200,
         )
-        out["first_query_after_add_document_ms"] = round(_time(lambda: index.search(queries[0], k=K)) * 1000, 1)
-        out["next_query_ms"] = round(_time(lambda: index.search(queries[1], k=K)) * 1000, 2)
+        per["add_document_ms"].append((time.perf_counter() - t0) * 1000)
+        per["first_query_after_add_ms"].append(_time(lambda: index.search(queries[0], k=K)) * 1000)
+        per["next_query_after_add_ms"].append(_time(lambda: index.search(queries[1], k=K)) * 1000)
+        assert len(index._current()[0]) == n0 + 10
         store.delete_document(doc["id"])
-        index.search(queries[0], k=K)
-    if retriever_queries:
-        out["hybrid_breakdown"] = hybrid_breakdown(retr, emb, queries, texts, warm, min(retriever_queries, 20))
+        per["first_query_after_delete_ms"].append(_time(lambda: index.search(queries[0], k=K)) * 1000)
+        per["next_query_after_delete_ms"].append(_time(lambda: index.search(queries[1], k=K)) * 1000)
+        assert len(index._current()[0]) == n0
+        gc.collect()
+    out: dict[str, Any] = {"added_chunks": 10, "cycles": cycles}
+    for k, v in per.items():
+        out[k] = round(float(np.median(v)), 2)
+        out[k.replace("_ms", "_all_ms")] = [round(x, 2) for x in v]
     return out
 
 
@@ -534,13 +555,14 @@ def main() -> int:
             reps = 1 if args.quick else (3 if n <= 100_000 else 1)
             entry["load"] = load = measure_load(path, n, reps)
             C.log(f"[ranking] n={n:,}: load {load['project']['seconds_median']} s "
-                  f"(preallocated {load['preallocated']['seconds_median']} s), RSS +{load['project']['rss_added_mb']} MB "
-                  f"(peak +{load['project']['rss_peak_added_mb']}) vs +{load['preallocated']['rss_added_mb']} MB")
+                  f"(before 01796c5: {load['before_01796c5']['seconds_median']} s), RSS +{load['project']['rss_added_mb']} MB "
+                  f"(peak +{load['project']['rss_peak_added_mb']}) vs +{load['before_01796c5']['rss_added_mb']} MB "
+                  f"(peak +{load['before_01796c5']['rss_peak_added_mb']})")
             entry["index"], store, index = open_index(path)
             nq = args.queries or (30 if args.quick else default_q.get(n, 100))
             queries, targets = make_queries(index._current()[1], nq + 5, SEED + n)
             entry["queries"] = measure_queries(store, index, queries, targets, retriever_queries=10 if args.quick else min(nq, 40),
-                                              refresh_after_add=n <= 100_000)
+                                              refresh_cycles=1 if args.quick else (3 if n <= 100_000 else 2))
             qd = entry["queries"]
             C.log(f"[ranking] n={n:,}: project p50 {qd['project']['p50_ms']} ms, floor p50 {qd['floor']['p50_ms']} ms, "
                   f"ratio {qd['ratio_p50']}, hybrid retriever p50 {qd['retriever_hybrid']['p50_ms']} ms")

@@ -1,6 +1,6 @@
 """Run every benchmark, each in its own subprocess, and write the results and summary tables.
 
-    python benchmarks/run_all.py            # full run (recorded figures; ~15-20 min on 2 busy cores)
+    python benchmarks/run_all.py            # full run (recorded figures; ~8 min, more on busy cores)
     python benchmarks/run_all.py --quick    # smoke test for CI: tiny sizes, < 2 min cold
     python benchmarks/run_all.py --tables   # only re-render results/summary.md from the JSON files
     python benchmarks/run_all.py --only ranking,latency
@@ -118,16 +118,29 @@ def tables(prefer: str = "full") -> str:
                 f"{hb} | {naive('naive')} | {naive('naive_pure_python')} |"
             )
         out.append("")
-        out.append("| chunks | build (via) | Store.load_vectors s | RSS before → after (MB) | peak RSS added (MB) | preallocating loader s | its RSS added / peak added (MB) | matrix MB |")
+        out.append("| chunks | build (via) | Store.load_vectors s | RSS before → after (MB) | peak RSS added (MB) | old loader (before 01796c5) s | its RSS added / peak added (MB) | matrix MB |")
         out.append("|---:|---|---:|---:|---:|---:|---:|---:|")
         for n, e in r["sizes"].items():
             ld, b = e["load"], e["build"]
-            p, a = ld["project"], ld["preallocated"]
+            p, a = ld["project"], ld.get("before_01796c5") or ld.get("preallocated") or {}
             out.append(
                 f"| {int(n):,} | {_f(b['seconds'], 1)} s ({b['via']}) | {_f(p['seconds_median'], 3)} | "
                 f"{_f(p['rss_before_mb'], 0)} → {_f(p['rss_after_mb'], 0)} | {_f(p['rss_peak_added_mb'], 0)} | "
-                f"{_f(a['seconds_median'], 3)} | {_f(a['rss_added_mb'], 0)} / {_f(a['rss_peak_added_mb'], 0)} | {_f(ld['matrix_mb'], 0)} |"
+                f"{_f(a.get('seconds_median'), 3)} | {_f(a.get('rss_added_mb'), 0)} / {_f(a.get('rss_peak_added_mb'), 0)} | {_f(ld['matrix_mb'], 0)} |"
             )
+        refresh = {n: e["queries"]["refresh"] for n, e in r["sizes"].items() if "refresh" in e["queries"]}
+        if refresh:
+            out.append("")
+            out.append("| chunks | cycles | add one 10-chunk document ms | first query after it ms (incremental): median (each cycle) | next query ms | first query after deleting it ms (full reload): median (each cycle) | next query ms |")
+            out.append("|---:|---:|---:|---:|---:|---:|---:|")
+
+            def each(x: dict, key: str) -> str:
+                return f"{_f(x[key], 1)} ({', '.join(_f(v, 1) for v in x.get(key.replace('_ms', '_all_ms'), []))})"
+
+            for n, x in refresh.items():
+                out.append(f"| {int(n):,} | {x.get('cycles', 1)} | {_f(x['add_document_ms'], 1)} | {each(x, 'first_query_after_add_ms')} | "
+                           f"{_f(x['next_query_after_add_ms'])} | {each(x, 'first_query_after_delete_ms')} | "
+                           f"{_f(x['next_query_after_delete_ms'])} |")
         probe = r.get("openblas_coretype_probe")
         if probe:
             out.append("")
