@@ -28,6 +28,17 @@ from marginalia_core.config import Settings  # noqa: E402
 from marginalia_core.store import Store  # noqa: E402
 
 
+def offline_cli_env() -> dict[str, str]:
+    """Environment for a ``python -m marginalia_core`` subprocess: offline, no key, this repo
+    importable, and none of the developer's own Marginalia settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MARGINALIA_", "GEMINI_"))}
+    env.pop("GOOGLE_API_KEY", None)
+    env.pop("GOOGLE_GEMINI_BASE_URL", None)
+    env["HF_HUB_OFFLINE"] = "1"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
 def requires_eval(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is not present (../shared/eval is read-only shared data)")

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import offline_cli_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -436,20 +437,11 @@ def test_oversize_bytes_are_refused_before_hashing_or_parsing(env):
 
 # ------------------------------------------------------------------------------------- CLI
 
-def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MARGINALIA_", "GEMINI_"))}
-    env.pop("GOOGLE_API_KEY", None)
-    env.pop("GOOGLE_GEMINI_BASE_URL", None)
-    env["HF_HUB_OFFLINE"] = "1"
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def run_cli_ingest(db: Path, files: list[Path], timeout: float = 300) -> tuple[int, list, str]:
     cmd = [sys.executable, "-m", "marginalia_core", "ingest", *map(str, files), "--db", str(db),
            "--embedder", "local", "--answerer", "extractive", "--target", "8000",
            "--overlap", "0"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=cli_env(), capture_output=True, text=True,
+    proc = subprocess.run(cmd, cwd=ROOT, env=offline_cli_env(), capture_output=True, text=True,
                           timeout=timeout)
     events = [json.loads(line) for line in proc.stdout.splitlines()]  # all NDJSON
     return proc.returncode, events, proc.stderr

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import offline_cli_env
 
 from marginalia_core.store import Store
 
@@ -66,15 +67,6 @@ def make_batch(folder: Path, files: int, paragraphs: int, seed: int = 7) -> list
     return paths
 
 
-def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MARGINALIA_", "GEMINI_"))}
-    env.pop("GOOGLE_API_KEY", None)
-    env.pop("GOOGLE_GEMINI_BASE_URL", None)
-    env["HF_HUB_OFFLINE"] = "1"
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def ingest_cmd(db: Path, files: list[Path]) -> list[str]:
     return [
         sys.executable, "-m", "marginalia_core", "ingest", *map(str, files),
@@ -87,7 +79,7 @@ class Run:
 
     def __init__(self, db: Path, files: list[Path]):
         self.proc = subprocess.Popen(
-            ingest_cmd(db, files), cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
+            ingest_cmd(db, files), cwd=ROOT, env=offline_cli_env(), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, bufsize=1,
         )
         self.events: list[dict] = []
