@@ -164,14 +164,12 @@ def cmd_delete(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
 def cmd_reindex(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .ingestion import reindex_document
 
-    docs = ws.store.list_documents()
-    active = (ws.embedder.model, ws.embedder.dimension)
     if args.ids:
         ids = list(args.ids)
     elif args.all or args.target or args.overlap is not None:
-        ids = [d["id"] for d in docs]
+        ids = [d["id"] for d in ws.store.list_documents()]
     else:
-        ids = [d["id"] for d in docs if (d["embed_model"], d["embed_dim"]) != active]
+        ids = [d["id"] for d in ws.retriever.stale_documents()]
     status = EXIT_OK
     for doc_id in ids:
         for event in reindex_document(

@@ -92,6 +92,13 @@ class Retriever:
             if key != (self.embedder.model, self.embedder.dimension)
         }
 
+    def stale_documents(self) -> list[dict]:
+        """Documents indexed by another embedder: the ones a re-index would bring back."""
+        active = (self.embedder.model, self.embedder.dimension)
+        return [
+            d for d in self.store.list_documents() if (d["embed_model"], d["embed_dim"]) != active
+        ]
+
     def mismatch(self) -> EmbedderMismatchError | None:
         others = self.other_embedders()
         if not others:

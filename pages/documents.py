@@ -56,11 +56,7 @@ if flash := state.pop("flash", None):
 mismatch = ws.retriever.mismatch()
 if mismatch is not None:
     embedder = ws.embedder
-    stale = [
-        d
-        for d in store.list_documents()
-        if (d["embed_model"], d["embed_dim"]) != (embedder.model, embedder.dimension)
-    ]
+    stale = ws.retriever.stale_documents()
     with st.container(border=True):
         st.warning(fmt.escape_inline(mismatch.message), icon=":material/sync_problem:")
         if st.button(

@@ -75,6 +75,7 @@ def test_other_embedder_is_reported_and_excluded(indexed):
     store.conn.execute("UPDATE state SET value = value + 1 WHERE key = 'generation'")
     problem = indexed.retriever.mismatch()
     assert problem is not None and "Re-index" in problem.message and "other-model" in problem.message
+    assert [d["id"] for d in indexed.retriever.stale_documents()] == [doc["id"]]
     names = {h.document_name for h in indexed.retriever.search("anything at all", threshold=-1.0, k=50)}
     assert doc["name"] not in names
 
