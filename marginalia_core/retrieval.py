@@ -8,7 +8,7 @@ term, see KEYWORD_RESCUE); lexical mode keeps every BM25 match.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -57,9 +57,6 @@ class Hit:
             "excerpt": self.excerpt,
             "content": self.content,
         }
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "excerpt": self.excerpt}
 
 
 def make_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:

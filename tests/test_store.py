@@ -168,3 +168,14 @@ def test_threads_write_and_read_concurrently(db_path):
     assert len(store.list_documents()) == 20
     assert not store.integrity_report()["mismatched_documents"]
     store.close()
+
+
+def test_database_is_browsable_with_sqlite_utils(store):
+    """The README points people at sqlite-utils/Datasette: the tables they'd look at are there."""
+    _add(store)
+    tables = set(store.db.table_names())
+    assert {"documents", "chunks", "chunks_fts", "conversations", "messages", "_migrations"} <= tables
+    assert store.db["documents"].count == 1
+    assert store.db["chunks"].count == store.list_documents()[0]["chunk_count"]
+    fks = {(fk.column, fk.other_table) for fk in store.db["chunks"].foreign_keys}
+    assert ("document_id", "documents") in fks
