@@ -245,19 +245,27 @@ def refusal_title(reason: str | None) -> str:
     return REFUSAL_TITLES.get(reason or "", "refused")
 
 
+def follow_progress(events: Iterable[dict[str, Any]], bar: Any) -> dict[str, Any] | None:
+    """Drive a progress bar from ingestion ``stage`` events; return the final done/error event."""
+    end: dict[str, Any] | None = None
+    for event in events:
+        if event["type"] == "stage":
+            share, text = fmt.stage_progress(event)
+            bar.progress(min(1.0, share), text=text)
+        else:
+            end = event
+    return end
+
+
 def ingest_one(ws: Workspace, name: str, data: bytes, mime: str | None = None) -> dict[str, Any]:
     """Index one file inside an ``st.status`` with a progress bar driven by the ingestion events;
     returns a result record for ``render_results``."""
     label = fmt.escape_inline(name, 80)
     with st.status(f"{label} — indexing…", expanded=False) as status:
         bar = st.progress(0.0, text="Starting…")
-        end: dict[str, Any] | None = None
-        for event in ingest_bytes(ws.store, ws.embedder, ws.settings, name, data, mime=mime):
-            if event["type"] == "stage":
-                share, text = fmt.stage_progress(event)
-                bar.progress(min(1.0, share), text=text)
-            else:
-                end = event
+        end = follow_progress(
+            ingest_bytes(ws.store, ws.embedder, ws.settings, name, data, mime=mime), bar
+        )
         result = _result(name, end)
         bar.progress(1.0, text="Done" if result["state"] != "error" else "Stopped")
         status.update(label=result_label(result), state=_status_state(result), expanded=False)

@@ -9,6 +9,7 @@ import streamlit as st
 from marginalia_core import presentation as fmt
 from marginalia_core.ingestion import reindex_document
 from pages.common import (
+    follow_progress,
     index_samples,
     ingest_one,
     render_results,
@@ -68,17 +69,13 @@ if mismatch is not None:
             for doc in stale:
                 label = fmt.escape_inline(doc["name"], 80)
                 with st.status(f"{label} — re-indexing…") as status:
-                    bar = st.progress(0.0)
-                    end = None
-                    for event in reindex_document(
-                        store, embedder, settings, doc["id"],
-                        target=doc["chunk_target"], overlap=doc["chunk_overlap"],
-                    ):
-                        if event["type"] == "stage":
-                            share, text = fmt.stage_progress(event)
-                            bar.progress(min(1.0, share), text=text)
-                        else:
-                            end = event
+                    end = follow_progress(
+                        reindex_document(
+                            store, embedder, settings, doc["id"],
+                            target=doc["chunk_target"], overlap=doc["chunk_overlap"],
+                        ),
+                        st.progress(0.0),
+                    )
                     if end and end["type"] == "done":
                         status.update(label=f"{label} — re-indexed", state="complete")
                     else:

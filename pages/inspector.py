@@ -13,7 +13,7 @@ from marginalia_core.config import RETRIEVAL_MODES
 from marginalia_core.ingestion import reindex_document
 from marginalia_core.retrieval import make_excerpt
 from marginalia_core.workspace import Workspace
-from pages.common import DOCUMENTS_PAGE, require_shell, workspace
+from pages.common import DOCUMENTS_PAGE, follow_progress, require_shell, workspace
 
 require_shell()
 ws = workspace()
@@ -285,15 +285,11 @@ if st.button(
     help="Already indexed with these settings" if unchanged else None,
 ):
     with st.status("Re-indexing…") as status:
-        bar = st.progress(0.0)
-        end = None
-        for event in reindex_document(store, embedder, settings, doc_id, target=target,
-                                      overlap=used_overlap):
-            if event["type"] == "stage":
-                share, step = fmt.stage_progress(event)
-                bar.progress(min(1.0, share), text=step)
-            else:
-                end = event
+        end = follow_progress(
+            reindex_document(store, embedder, settings, doc_id, target=target,
+                             overlap=used_overlap),
+            st.progress(0.0),
+        )
         if end and end["type"] == "done":
             count = end["document"]["chunk_count"]
             status.update(label=f"Re-indexed: {count} chunks", state="complete")
