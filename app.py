@@ -10,7 +10,7 @@ import logging
 
 import streamlit as st
 
-from marginalia_core.presentation import escape_inline
+from marginalia_app.presentation import escape_inline
 from pages.common import (
     CHAT_PAGE,
     DOCUMENTS_PAGE,

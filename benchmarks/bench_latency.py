@@ -37,7 +37,7 @@ from typing import Any
 import _common as C
 
 from marginalia_core.config import Settings
-from marginalia_core.ingestion import ingest_bytes
+from marginalia_core.ingest.pipeline import ingest_bytes
 from marginalia_core.workspace import Workspace
 
 SEED = 7

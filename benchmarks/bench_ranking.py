@@ -59,11 +59,11 @@ from typing import Any
 import _common as C
 import numpy as np
 
-from marginalia_core.chunking import Chunk
 from marginalia_core.config import Settings
-from marginalia_core.ranking import VectorIndex
-from marginalia_core.retrieval import Retriever
-from marginalia_core.store import VECTOR_DTYPE, Store, now_iso
+from marginalia_core.ingest.chunking import Chunk
+from marginalia_core.retrieval.ranking import VectorIndex
+from marginalia_core.retrieval.retriever import Retriever
+from marginalia_core.store.sqlite import VECTOR_DTYPE, Store, now_iso
 
 DIM = 768
 K = 6
@@ -409,7 +409,7 @@ def hybrid_breakdown(retr: Retriever, emb: StubEmbedder, queries: np.ndarray, te
                      start: int, count: int) -> dict[str, Any]:
     """Where hybrid time goes: every ``lexical.bm25_search`` call made during ``count`` hybrid
     searches is timed (grouped by kind), next to the dense ranking of the same queries."""
-    from marginalia_core import lexical
+    from marginalia_core.retrieval import lexical
 
     orig = lexical.bm25_search
     calls: list[tuple[str, float]] = []

@@ -28,7 +28,7 @@ from scifact_eval import (
     make_embedder,
 )
 
-from marginalia_core import lexical
+from marginalia_core.retrieval import lexical
 
 
 def main() -> int:

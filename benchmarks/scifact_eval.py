@@ -4,7 +4,7 @@
     python benchmarks/scifact_eval.py --split test           # held out (300 queries)
     python benchmarks/scifact_eval.py --split train --quick  # < 60 s smoke run, cold or warm
 
-Documents are ``title + "\\n\\n" + text``, chunked with ``marginalia_core.chunking.chunk_text``
+Documents are ``title + "\\n\\n" + text``, chunked with ``marginalia_core.ingest.chunking.chunk_text``
 (TARGET/OVERLAP), embedded with the chosen embedder (vectors cached by content in
 benchmarks/.cache), loaded into a real SQLite file through ``Store.add_document`` (the project's
 schema, FTS5 triggers included), then ranked per query exactly as ``retrieval.py`` does: cosine
@@ -39,10 +39,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _cache import CACHE_DIR, EmbeddingCache  # noqa: E402
 
-from marginalia_core import lexical  # noqa: E402
 from marginalia_core.config import Settings  # noqa: E402
-from marginalia_core.retrieval import Retriever  # noqa: E402
-from marginalia_core.store import Store  # noqa: E402
+from marginalia_core.retrieval import lexical  # noqa: E402
+from marginalia_core.retrieval.retriever import Retriever  # noqa: E402
+from marginalia_core.store.sqlite import Store  # noqa: E402
 
 DATA = (REPO / ".." / "shared" / "eval" / "scifact").resolve()
 RESULTS = REPO / "benchmarks" / "results"
@@ -133,9 +133,9 @@ def chunker(whole: bool = False) -> tuple[Callable[[str], list], dict]:
             "overlap": 0,
         }
     try:
-        from marginalia_core import chunking
+        from marginalia_core.ingest import chunking
     except ImportError:
-        print("! marginalia_core.chunking missing: whole documents", file=sys.stderr)
+        print("! marginalia_core.ingest.chunking missing: whole documents", file=sys.stderr)
         return (lambda t: [_WholeDoc(0, 0, len(t), t)]), {
             "chunking": "whole",
             "target": 0,
@@ -147,7 +147,7 @@ def chunker(whole: bool = False) -> tuple[Callable[[str], list], dict]:
 
 def make_embedder(name: str):
     if name == "local":
-        from marginalia_core.embeddings.local import LocalEmbedder
+        from marginalia_core.providers.embeddings.local import LocalEmbedder
 
         return LocalEmbedder()
     if name == "paraphrase-l3":
@@ -173,7 +173,7 @@ def build_db(path: Path, docs, doc_chunks, vectors, embedder, params) -> sqlite3
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
     offsets = np.cumsum([0] + [len(c) for c in doc_chunks])
-    from marginalia_core.store import Store
+    from marginalia_core.store.sqlite import Store
 
     store = Store(path)
     for n, ((doc_id, text), chunks) in enumerate(zip(docs, doc_chunks, strict=True)):

@@ -55,10 +55,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _cache import EmbeddingCache  # noqa: E402
 
-from marginalia_core.answerers.extractive import split_sentences  # noqa: E402
 from marginalia_core.citations import find_marks  # noqa: E402
 from marginalia_core.config import Settings  # noqa: E402
-from marginalia_core.ingestion import ingest_bytes  # noqa: E402
+from marginalia_core.ingest.pipeline import ingest_bytes  # noqa: E402
+from marginalia_core.providers.answerers.extractive import split_sentences  # noqa: E402
 from marginalia_core.workspace import Workspace  # noqa: E402
 
 DATA = (REPO / ".." / "shared" / "eval" / "squad-v1.1-dev").resolve()

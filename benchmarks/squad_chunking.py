@@ -6,7 +6,7 @@
 
 For every SQuAD v1.1 dev question of the chosen articles (``articles_derived.jsonl`` text,
 questions and answers from ``dev-v1.1.json``, read from ../shared/eval and never copied), each
-article is chunked with ``marginalia_core.chunking.chunk_text`` at TARGET x OVERLAP, and the
+article is chunked with ``marginalia_core.ingest.chunking.chunk_text`` at TARGET x OVERLAP, and the
 question's chunks *of its own article* are ranked:
 
 - ``dense``: cosine with the local MiniLM embedder (the offline default);
@@ -49,9 +49,9 @@ import _common as C
 import numpy as np
 from _cache import EmbeddingCache
 
-from marginalia_core import lexical
-from marginalia_core.chunking import chunk_text, effective_overlap
-from marginalia_core.store import Store
+from marginalia_core.ingest.chunking import chunk_text, effective_overlap
+from marginalia_core.retrieval import lexical
+from marginalia_core.store.sqlite import Store
 
 ARTICLES = ["Amazon_rainforest", "Geology", "Packet_switching", "Black_Death", "Oxygen",
             "Prime_number", "Rhine"]
@@ -86,7 +86,7 @@ def embed_queries(emb: Any, texts: list[str]) -> np.ndarray:
 
 def evaluate(target: int, overlap: int, articles: dict[str, Any], questions: dict[str, list[dict]],
              emb: Any, cache: EmbeddingCache, qvecs: dict[str, np.ndarray], tmp: Path) -> dict[str, Any]:
-    from marginalia_core.embeddings.local import MAX_TOKENS
+    from marginalia_core.providers.embeddings.local import MAX_TOKENS
 
     t0 = time.perf_counter()
     store = Store(tmp / f"squad-{target}-{overlap}.db")
@@ -207,7 +207,7 @@ def main() -> int:
         questions = {a: [q for b, q in keep if b == a] for a in names}
     questions = {a: qs for a, qs in questions.items() if qs}
 
-    from marginalia_core.embeddings.local import LocalEmbedder
+    from marginalia_core.providers.embeddings.local import LocalEmbedder
 
     t_start = time.perf_counter()
     emb = LocalEmbedder()

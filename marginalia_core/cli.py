@@ -12,10 +12,10 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-from . import __version__, events
-from .config import RETRIEVAL_MODES, load_settings
-from .errors import MarginaliaError
-from .workspace import Workspace
+from marginalia_core import __version__, events
+from marginalia_core.config import RETRIEVAL_MODES, load_settings
+from marginalia_core.errors import MarginaliaError
+from marginalia_core.workspace import Workspace
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # some input was refused (bad file, answer error)
@@ -100,7 +100,7 @@ def _workspace(args: argparse.Namespace) -> Workspace:
 
 
 def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .ingestion import ingest_path
+    from marginalia_core.ingest.pipeline import ingest_path
 
     refused = 0
     for path in args.files:
@@ -162,7 +162,7 @@ def cmd_delete(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
 
 
 def cmd_reindex(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .ingestion import reindex_document
+    from marginalia_core.ingest.pipeline import reindex_document
 
     if args.ids:
         ids = list(args.ids)

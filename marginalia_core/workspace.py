@@ -7,14 +7,14 @@ import threading
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from .config import Settings, load_settings
-from .embeddings import Embedder, get_embedder
-from .retrieval import Retriever
-from .store import Store
+from marginalia_core.config import Settings, load_settings
+from marginalia_core.providers.embeddings import Embedder, get_embedder
+from marginalia_core.retrieval.retriever import Retriever
+from marginalia_core.store.sqlite import Store
 
 if TYPE_CHECKING:
-    from .answerers.base import Answerer
-    from .chat import ChatEngine
+    from marginalia_core.chat.engine import ChatEngine
+    from marginalia_core.providers.answerers.base import Answerer
 
 
 class Workspace:
@@ -37,7 +37,7 @@ class Workspace:
 
     @cached_property
     def answerer(self) -> Answerer:
-        from .answerers import get_answerer
+        from marginalia_core.providers.answerers import get_answerer
 
         if self.settings.answerer_name == "extractive":
             # the offline answerer reuses the embedder to match paraphrased sentences
@@ -46,7 +46,7 @@ class Workspace:
 
     @cached_property
     def chat(self) -> ChatEngine:
-        from .chat import ChatEngine
+        from marginalia_core.chat.engine import ChatEngine
 
         return ChatEngine(self.store, self.retriever, self.answerer, self.settings)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import streamlit as st
 
-from marginalia_core import presentation as fmt
+from marginalia_app import presentation as fmt
 from marginalia_core.citations import find_marks
 from pages.common import (
     DOCUMENTS_PAGE,

@@ -11,9 +11,9 @@ from typing import Any
 
 import streamlit as st
 
-from marginalia_core import presentation as fmt
+from marginalia_app import presentation as fmt
 from marginalia_core.config import Settings, load_settings
-from marginalia_core.ingestion import ingest_bytes
+from marginalia_core.ingest.pipeline import ingest_bytes
 from marginalia_core.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from marginalia_core import presentation as fmt
-from marginalia_core.ingestion import reindex_document
+from marginalia_app import presentation as fmt
+from marginalia_core.ingest.pipeline import reindex_document
 from pages.common import (
     follow_progress,
     index_samples,

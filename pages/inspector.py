@@ -7,11 +7,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from marginalia_core import presentation as fmt
-from marginalia_core.chunking import chunk_stats, chunk_text, effective_overlap
+from marginalia_app import presentation as fmt
 from marginalia_core.config import RETRIEVAL_MODES
-from marginalia_core.ingestion import reindex_document
-from marginalia_core.retrieval import make_excerpt
+from marginalia_core.ingest.chunking import chunk_stats, chunk_text, effective_overlap
+from marginalia_core.ingest.pipeline import reindex_document
+from marginalia_core.retrieval.retriever import make_excerpt
 from marginalia_core.workspace import Workspace
 from pages.common import DOCUMENTS_PAGE, follow_progress, require_shell, workspace
 

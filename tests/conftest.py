@@ -25,7 +25,7 @@ for var in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
 from fake_gemini import fake_gemini_fixture, fake_gemini_server_fixture  # noqa: E402,F401
 
 from marginalia_core.config import Settings  # noqa: E402
-from marginalia_core.store import Store  # noqa: E402
+from marginalia_core.store.sqlite import Store  # noqa: E402
 
 
 def offline_cli_env() -> dict[str, str]:
@@ -64,7 +64,7 @@ def store(db_path: Path):
 
 @pytest.fixture(scope="session")
 def local_embedder():
-    from marginalia_core.embeddings.local import LocalEmbedder
+    from marginalia_core.providers.embeddings.local import LocalEmbedder
 
     return LocalEmbedder()
 

@@ -16,10 +16,10 @@ import streamlit as st
 from conftest import ROOT, SAMPLES
 from streamlit.testing.v1 import AppTest
 
-from marginalia_core.chunking import chunk_text
-from marginalia_core.embeddings.local import DEFAULT_THRESHOLD
-from marginalia_core.ingestion import ingest_bytes
-from marginalia_core.store import Store
+from marginalia_core.ingest.chunking import chunk_text
+from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.providers.embeddings.local import DEFAULT_THRESHOLD
+from marginalia_core.store.sqlite import Store
 
 APP = str(ROOT / "app.py")
 DOCUMENTS = "pages/documents.py"

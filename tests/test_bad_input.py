@@ -39,13 +39,13 @@ from conftest import offline_cli_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marginalia_core.chunking import chunk_text
 from marginalia_core.config import Settings
-from marginalia_core.embeddings.base import EmbedderBase, l2_normalize
 from marginalia_core.errors import ExtractionError
-from marginalia_core.extraction import MAX_PAGES, extract
-from marginalia_core.ingestion import ingest_bytes, ingest_path
-from marginalia_core.store import Store
+from marginalia_core.ingest.chunking import chunk_text
+from marginalia_core.ingest.extraction import MAX_PAGES, extract
+from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path
+from marginalia_core.providers.embeddings.base import EmbedderBase, l2_normalize
+from marginalia_core.store.sqlite import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 PDFS = ROOT.parent / "shared" / "eval" / "pdfs"
@@ -514,9 +514,9 @@ def test_cli_ingests_every_eval_pdf_without_a_traceback(tmp_path, pdf_dir):
 MEASURE = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from marginalia_core.chunking import chunk_text
+from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.errors import ExtractionError
-from marginalia_core.extraction import extract
+from marginalia_core.ingest.extraction import extract
 
 
 def peak_mb():  # VmHWM: this process's own peak RSS (ru_maxrss survives exec from pytest)

@@ -10,12 +10,16 @@ import time
 
 import pytest
 
-from marginalia_core.answerers.gemini import GeminiAnswerer
-from marginalia_core.chat import HISTORY, TITLE_CHARS, ChatEngine, make_title
+from marginalia_core.chat.engine import HISTORY, TITLE_CHARS, ChatEngine, make_title
 from marginalia_core.config import Settings
-from marginalia_core.gemini_client import KEY_REJECTED, RetryPolicy
-from marginalia_core.ingestion import ingest_bytes
-from marginalia_core.prompting import NO_DOCUMENTS_ANSWER, NO_SOURCES_ANSWER, retrieval_query
+from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.providers.answerers.gemini import GeminiAnswerer
+from marginalia_core.providers.answerers.prompting import (
+    NO_DOCUMENTS_ANSWER,
+    NO_SOURCES_ANSWER,
+    retrieval_query,
+)
+from marginalia_core.providers.gemini_client import KEY_REJECTED, RetryPolicy
 from marginalia_core.workspace import Workspace
 
 MILL = (

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marginalia_core.chunking import (
+from marginalia_core.ingest.chunking import (
     OVERLAP,
     TARGET,
     Chunk,

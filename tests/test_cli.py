@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 
 from marginalia_core import cli
-from marginalia_core.prompting import NO_DOCUMENTS_ANSWER
+from marginalia_core.providers.answerers.prompting import NO_DOCUMENTS_ANSWER
 
 MILL = (
     "The mill was built in 1851 by the Carter family on the banks of the Mill River. "

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from marginalia_core.chat import ChatEngine
-from marginalia_core.ingestion import ingest_bytes, reindex_document
-from marginalia_core.retrieval import Retriever
-from marginalia_core.store import Store
+from marginalia_core.chat.engine import ChatEngine
+from marginalia_core.ingest.pipeline import ingest_bytes, reindex_document
+from marginalia_core.retrieval.retriever import Retriever
+from marginalia_core.store.sqlite import Store
 
 SOAK_SECONDS = float(os.environ.get("MARGINALIA_SOAK_SECONDS", "60"))
 THREADS = 8
@@ -435,7 +435,7 @@ def test_writers_on_two_connections_never_see_database_is_locked(workspace):
 
     def writer(store: Store, label: str, n: int):
         try:
-            from marginalia_core.chunking import chunk_text
+            from marginalia_core.ingest.chunking import chunk_text
 
             for i in range(n):
                 conv = store.create_conversation(f"{label} {i}")

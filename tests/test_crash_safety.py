@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from conftest import offline_cli_env
 
-from marginalia_core.store import Store
+from marginalia_core.store.sqlite import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_DIM = 384

@@ -14,7 +14,6 @@ import pytest
 from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, NameObject
 
-from marginalia_core import extraction
 from marginalia_core.errors import (
     BinaryFileError,
     CorruptFileError,
@@ -28,7 +27,8 @@ from marginalia_core.errors import (
     UnsupportedTypeError,
     WrongPasswordError,
 )
-from marginalia_core.extraction import (
+from marginalia_core.ingest import extraction
+from marginalia_core.ingest.extraction import (
     MARKDOWN_MIME,
     PDF_MIME,
     TEXT_MIME,

@@ -9,15 +9,15 @@ import sys
 import pytest
 from conftest import PDFS, ROOT, SHARED_EVAL, requires_eval
 
-from marginalia_core.answerers import extractive
-from marginalia_core.answerers.extractive import (
+from marginalia_core.citations import cited, find_marks
+from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path
+from marginalia_core.providers.answerers import extractive
+from marginalia_core.providers.answerers.extractive import (
     ExtractiveAnswerer,
     is_furniture,
     split_sentences,
     units,
 )
-from marginalia_core.citations import cited, find_marks
-from marginalia_core.ingestion import ingest_bytes, ingest_path
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import squad_answers  # noqa: E402

@@ -27,18 +27,18 @@ from pathlib import Path
 
 import pytest
 
-from marginalia_core.answerers.gemini import GeminiAnswerer
 from marginalia_core.config import Settings
-from marginalia_core.embeddings.gemini import GeminiEmbedder
 from marginalia_core.errors import NotFoundError
-from marginalia_core.gemini_client import (
+from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.providers.answerers.gemini import GeminiAnswerer
+from marginalia_core.providers.embeddings.gemini import GeminiEmbedder
+from marginalia_core.providers.gemini_client import (
     KEY_REJECTED,
     RETRY_ATTEMPTS,
     RETRY_INITIAL_DELAY,
     RETRY_MAX_DELAY,
     RetryPolicy,
 )
-from marginalia_core.ingestion import ingest_bytes
 from marginalia_core.workspace import Workspace
 
 TIMEOUT_S = 0.5  # settings.gemini_timeout_s for the fast tests (the slow one uses 1 s)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from fake_gemini import FakeGeminiServer, default_answer  # fixtures come from conftest.py
 
-from marginalia_core.answerers import ANSWERERS, Answerer, answerer_class, get_answerer
-from marginalia_core.answerers.gemini import EMPTY_MESSAGE, GeminiAnswerer
 from marginalia_core.errors import AnswerError
-from marginalia_core.gemini_client import KEY_REJECTED, RetryPolicy
+from marginalia_core.providers.answerers import ANSWERERS, Answerer, answerer_class, get_answerer
+from marginalia_core.providers.answerers.gemini import EMPTY_MESSAGE, GeminiAnswerer
+from marginalia_core.providers.gemini_client import KEY_REJECTED, RetryPolicy
 
 SECRET_BAD_KEY = "AIzaSyD-THIS-IS-A-SECRET-KEY-0123456789"
 SYSTEM = (
@@ -106,7 +106,7 @@ def test_default_answer_is_composed_from_the_sources_and_cites_1(fake_gemini):
 
 
 def test_default_answer_with_the_real_system_instruction(fake_gemini):
-    from marginalia_core.prompting import build_system_instruction
+    from marginalia_core.providers.answerers.prompting import build_system_instruction
 
     system = build_system_instruction(SOURCES)
     assert default_answer(system) == (
@@ -312,7 +312,7 @@ def test_registry_and_protocol(fake_gemini):
     answerer = get_answerer(fake_gemini.settings())
     assert isinstance(answerer, GeminiAnswerer) and isinstance(answerer, Answerer)
     assert answerer.name == "gemini" and answerer.model == "gemini-2.5-flash"
-    assert ANSWERERS["extractive"] == "marginalia_core.answerers.extractive:ExtractiveAnswerer" or (
+    assert ANSWERERS["extractive"] == "marginalia_core.providers.answerers.extractive:ExtractiveAnswerer" or (
         isinstance(ANSWERERS["extractive"], type)
     )
     assert answerer_class("gemini") is GeminiAnswerer
@@ -322,9 +322,9 @@ def test_registry_and_protocol(fake_gemini):
 
 def test_importing_the_package_does_not_import_the_sdk():
     code = (
-        "import sys, marginalia_core.answerers as a; "
+        "import sys, marginalia_core.providers.answerers as a; "
         "assert 'google.genai' not in sys.modules, 'sdk imported'; "
-        "assert 'marginalia_core.answerers.extractive' not in sys.modules"
+        "assert 'marginalia_core.providers.answerers.extractive' not in sys.modules"
     )
     subprocess.run(
         [sys.executable, "-c", code],

@@ -12,11 +12,11 @@ import pytest
 from fake_gemini import FakeGeminiServer, fake_embedding  # fixtures come from conftest.py
 from google.genai import errors as genai_errors
 
-from marginalia_core import gemini_client
-from marginalia_core.embeddings.base import Embedder
-from marginalia_core.embeddings.gemini import MAX_BATCH, GeminiEmbedder
 from marginalia_core.errors import AuthenticationError, EmbeddingError
-from marginalia_core.gemini_client import (
+from marginalia_core.providers import gemini_client
+from marginalia_core.providers.embeddings.base import Embedder
+from marginalia_core.providers.embeddings.gemini import MAX_BATCH, GeminiEmbedder
+from marginalia_core.providers.gemini_client import (
     KEY_REJECTED,
     RetryPolicy,
     backoff_delay,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 
 from marginalia_core.config import Settings
-from marginalia_core.embeddings.gemini import GeminiEmbedder
-from marginalia_core.ingestion import ingest_bytes, ingest_path, safe_name
-from marginalia_core.store import Store
+from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path, safe_name
+from marginalia_core.providers.embeddings.gemini import GeminiEmbedder
+from marginalia_core.store.sqlite import Store
 
 TEXT = (
     "Marginalia are notes written in the margins of a book.\n\n"
@@ -116,7 +116,7 @@ def test_safe_name_strips_paths_and_controls():
 
 
 def test_reindex_with_new_chunk_settings_replaces_in_place(workspace):
-    from marginalia_core.ingestion import reindex_document
+    from marginalia_core.ingest.pipeline import reindex_document
 
     done = run(ingest_bytes(workspace.store, workspace.embedder, workspace.settings, "a.md", TEXT))
     doc = done[-1]["document"]

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marginalia_core import lexical
-from marginalia_core.lexical import bm25_search, fts_query, fuse
-from marginalia_core.migrations import migrate
+from marginalia_core.retrieval import lexical
+from marginalia_core.retrieval.lexical import bm25_search, fts_query, fuse
+from marginalia_core.store.migrations import migrate
 
 PASSAGES = [
     "The mitochondria is the powerhouse of the cell and produces ATP.",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from marginalia_core.config import Settings
-from marginalia_core.embeddings import get_embedder
-from marginalia_core.embeddings.local import DIMENSION, model_files
+from marginalia_core.providers.embeddings import get_embedder
+from marginalia_core.providers.embeddings.local import DIMENSION, model_files
 
 
 def test_weights_come_from_installed_packages():

@@ -1,4 +1,4 @@
-"""marginalia_core.presentation: safe markdown for answers and passages, highlights, labels."""
+"""marginalia_app.presentation: safe markdown for answers and passages, highlights, labels."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marginalia_core import presentation as fmt
+from marginalia_app import presentation as fmt
 
 UNESCAPED_DANGER = re.compile(r"(?<!\\)(<|!\[|\]\(|\$)")
 

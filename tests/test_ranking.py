@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from marginalia_core.chunking import chunk_text
-from marginalia_core.embeddings.base import l2_normalize
-from marginalia_core.ranking import Scored, VectorIndex, top_k
+from marginalia_core.ingest.chunking import chunk_text
+from marginalia_core.providers.embeddings.base import l2_normalize
+from marginalia_core.retrieval.ranking import Scored, VectorIndex, top_k
 
 
 def _doc(store, name, vectors):

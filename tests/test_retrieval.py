@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marginalia_core import lexical
-from marginalia_core.ingestion import ingest_bytes
-from marginalia_core.ranking import Scored
-from marginalia_core.retrieval import cosine_lookup
+from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.retrieval import lexical
+from marginalia_core.retrieval.ranking import Scored
+from marginalia_core.retrieval.retriever import cosine_lookup
 
 DOCS = {
     "bees.md": "Honey bees communicate the location of flowers with a waggle dance. "

@@ -2,7 +2,7 @@
 in a document cannot conjure a citation, and the app listens on 127.0.0.1.
 
 * Inert text: document text and names with HTML, ``<script>``, markdown links/images, autolinks,
-  entities, math and Streamlit directives go through ``marginalia_core.presentation`` before any
+  entities, math and Streamlit directives go through ``marginalia_app.presentation`` before any
   page renders them. No markdown renderer is installed here, so the checks are on the markdown
   itself: outside the constructs the helper emits on purpose (badges, highlights, code), every
   character that could open HTML, a link, an image, an entity, math or a directive is
@@ -36,13 +36,13 @@ from fake_gemini import FakeGeminiServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marginalia_core import presentation as fmt
-from marginalia_core.answerers.gemini import GeminiAnswerer
+from marginalia_app import presentation as fmt
 from marginalia_core.citations import find_marks
 from marginalia_core.config import DEFAULT_MAX_UPLOAD_MB, Settings, load_settings
-from marginalia_core.embeddings.gemini import GeminiEmbedder
-from marginalia_core.gemini_client import RetryPolicy
-from marginalia_core.ingestion import ingest_bytes
+from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.providers.answerers.gemini import GeminiAnswerer
+from marginalia_core.providers.embeddings.gemini import GeminiEmbedder
+from marginalia_core.providers.gemini_client import RetryPolicy
 from marginalia_core.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]

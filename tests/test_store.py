@@ -8,10 +8,10 @@ import threading
 import numpy as np
 import pytest
 
-from marginalia_core.chunking import chunk_text
 from marginalia_core.errors import NotFoundError
-from marginalia_core.migrations import MIGRATIONS
-from marginalia_core.store import Store, blob_to_vector
+from marginalia_core.ingest.chunking import chunk_text
+from marginalia_core.store.migrations import MIGRATIONS
+from marginalia_core.store.sqlite import Store, blob_to_vector
 
 
 def _add(store: Store, name: str = "a.txt", text: str = "Alpha beta. " * 300, dim: int = 8, **kw):

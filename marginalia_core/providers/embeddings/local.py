@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EmbeddingError
-from .base import EmbedderBase, ProgressFn, l2_normalize
+from marginalia_core.errors import EmbeddingError
+from marginalia_core.providers.embeddings.base import EmbedderBase, ProgressFn, l2_normalize
 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
 DIMENSION = 384

@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from . import events
-from .chunking import chunk_text
-from .config import Settings
-from .embeddings.base import Embedder
-from .errors import MarginaliaError, TooLargeError
-from .extraction import extract
-from .store import Store
+from marginalia_core import events
+from marginalia_core.config import Settings
+from marginalia_core.errors import MarginaliaError, TooLargeError
+from marginalia_core.ingest.chunking import chunk_text
+from marginalia_core.ingest.extraction import extract
+from marginalia_core.providers.embeddings.base import Embedder
+from marginalia_core.store.sqlite import Store
 
 log = logging.getLogger(__name__)
 

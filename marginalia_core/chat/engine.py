@@ -19,19 +19,19 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from . import events
-from .answerers.base import Answerer
-from .citations import MARK_RE, cited
-from .config import Settings
-from .errors import MarginaliaError, NotFoundError
-from .prompting import (
+from marginalia_core import events
+from marginalia_core.citations import MARK_RE, cited
+from marginalia_core.config import Settings
+from marginalia_core.errors import MarginaliaError, NotFoundError
+from marginalia_core.providers.answerers.base import Answerer
+from marginalia_core.providers.answerers.prompting import (
     NO_DOCUMENTS_ANSWER,
     NO_SOURCES_ANSWER,
     build_system_instruction,
     retrieval_query,
 )
-from .retrieval import Retriever
-from .store import Store, new_id
+from marginalia_core.retrieval.retriever import Retriever
+from marginalia_core.store.sqlite import Store, new_id
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import AuthenticationError, EmbeddingError
-from ..gemini_client import RetryPolicy, describe_api_error, is_auth_error, make_client
-from .base import EmbedderBase, ProgressFn, l2_normalize
+from marginalia_core.errors import AuthenticationError, EmbeddingError
+from marginalia_core.providers.embeddings.base import EmbedderBase, ProgressFn, l2_normalize
+from marginalia_core.providers.gemini_client import (
+    RetryPolicy,
+    describe_api_error,
+    is_auth_error,
+    make_client,
+)
 
 if TYPE_CHECKING:
-    from ..config import Settings
+    from marginalia_core.config import Settings
 
 EMBED_MODEL = "gemini-embedding-001"
 EMBED_DIM = 768

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError
 
-from .errors import (
+from marginalia_core.errors import (
     BinaryFileError,
     CorruptFileError,
     EmptyFileError,

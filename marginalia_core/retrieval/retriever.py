@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import lexical
-from .config import Settings
-from .embeddings.base import Embedder
-from .errors import EmbedderMismatchError
-from .ranking import Scored, VectorIndex, top_k
-from .store import Store
+from marginalia_core.config import Settings
+from marginalia_core.errors import EmbedderMismatchError
+from marginalia_core.providers.embeddings.base import Embedder
+from marginalia_core.retrieval import lexical
+from marginalia_core.retrieval.ranking import Scored, VectorIndex, top_k
+from marginalia_core.store.sqlite import Store
 
 EXCERPT_CHARS = 280
 # Hybrid mode keeps this many chunks that contain *every* query term even when their cosine is

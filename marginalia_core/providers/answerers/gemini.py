@@ -15,8 +15,9 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AnswerError, MarginaliaError
-from ..gemini_client import (
+from marginalia_core.errors import AnswerError, MarginaliaError
+from marginalia_core.providers.answerers.base import HistoryTurn, Source
+from marginalia_core.providers.gemini_client import (
     RetryPolicy,
     backoff_delay,
     describe_api_error,
@@ -25,10 +26,9 @@ from ..gemini_client import (
     make_client,
     retry_after_seconds,
 )
-from .base import HistoryTurn, Source
 
 if TYPE_CHECKING:
-    from ..config import Settings
+    from marginalia_core.config import Settings
 
 CHAT_TEMPERATURE = 0.2
 STREAM_DEADLINE_FACTOR = 5.0  # whole answer (retries included) <= factor * gemini_timeout_s

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from .citations import MARK_RE, find_marks
+from marginalia_core.citations import MARK_RE, find_marks
 
 # ---------------------------------------------------------------------------------------------
 # escaping

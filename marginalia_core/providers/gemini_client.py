@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import AuthenticationError
+from marginalia_core.errors import AuthenticationError
 
 if TYPE_CHECKING:
     from google import genai
 
-    from .config import Settings
+    from marginalia_core.config import Settings
 
 RETRY_ATTEMPTS = 4  # including the first call
 RETRY_INITIAL_DELAY = 0.5  # seconds; doubles each attempt

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..registry import resolve
-from .base import Answerer, HistoryTurn, Source
+from marginalia_core.providers.answerers.base import Answerer, HistoryTurn, Source
+from marginalia_core.registry import resolve
 
 if TYPE_CHECKING:
-    from ..config import Settings
+    from marginalia_core.config import Settings
 
 ANSWERERS: dict[str, type | str] = {
-    "gemini": "marginalia_core.answerers.gemini:GeminiAnswerer",
-    "extractive": "marginalia_core.answerers.extractive:ExtractiveAnswerer",
+    "gemini": "marginalia_core.providers.answerers.gemini:GeminiAnswerer",
+    "extractive": "marginalia_core.providers.answerers.extractive:ExtractiveAnswerer",
 }
 
 

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from .chunking import Chunk
-from .errors import NotFoundError
-from .migrations import migrate
+from marginalia_core.errors import NotFoundError
+from marginalia_core.ingest.chunking import Chunk
+from marginalia_core.store.migrations import migrate
 
 BUSY_TIMEOUT_MS = 30_000
 VECTOR_DTYPE = np.dtype("<f4")  # float32 little-endian, as SPEC.md stores them

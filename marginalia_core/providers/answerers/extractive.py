@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ..citations import MARK_RE
-from ..prompting import retrieval_query
+from marginalia_core.citations import MARK_RE
+from marginalia_core.providers.answerers.prompting import retrieval_query
 
 MAX_SENTENCES = 3  # sentences in an answer
 MAX_ANSWER_CHARS = 900  # soft bound on the whole answer (the first sentence always goes in)

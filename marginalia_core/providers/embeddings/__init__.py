@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from ..config import Settings
-from ..registry import resolve
-from .base import Embedder, EmbedderBase, embedder_key, l2_normalize
+from marginalia_core.config import Settings
+from marginalia_core.providers.embeddings.base import (
+    Embedder,
+    EmbedderBase,
+    embedder_key,
+    l2_normalize,
+)
+from marginalia_core.registry import resolve
 
 # name -> "module:Class"; imported on first use so a missing optional dependency only matters
 # when that provider is chosen
 EMBEDDERS: dict[str, type | str] = {
-    "local": "marginalia_core.embeddings.local:LocalEmbedder",
-    "gemini": "marginalia_core.embeddings.gemini:GeminiEmbedder",
+    "local": "marginalia_core.providers.embeddings.local:LocalEmbedder",
+    "gemini": "marginalia_core.providers.embeddings.gemini:GeminiEmbedder",
 }
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .store import Store
+from marginalia_core.store.sqlite import Store
 
 DEFAULT_TOP_K = 6
 
