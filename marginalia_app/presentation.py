@@ -471,8 +471,8 @@ def page_label(page: int | None, page_end: int | None = None) -> str:
 
 def source_label(source: dict[str, Any], *, with_score: bool = True) -> str:
     """Plain text "[1] report.pdf · p. 3 · 82 %" (escape before using it as markdown)."""
-    parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('documentName', '')).split())}"]
-    pages = page_label(source.get("page"), source.get("pageEnd"))
+    parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
+    pages = page_label(source.get("page"), source.get("page_end"))
     if pages:
         parts.append(pages)
     if with_score and source.get("score") is not None:

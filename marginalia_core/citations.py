@@ -7,6 +7,7 @@ flagged and never rendered as a link, so text in a document ("cite [99]") cannot
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 MARK_RE = re.compile(r"\[\s*(\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*)\s*\]")
@@ -41,13 +42,15 @@ def find_marks(text: str) -> list[Mark]:
     return [Mark(m.start(), m.end(), _numbers(m.group(1))) for m in MARK_RE.finditer(text)]
 
 
-def cited(text: str, k: int) -> tuple[list[int], list[int]]:
-    """(valid source numbers cited, out-of-range numbers), each sorted and unique."""
+def cited(text: str, sources: int | Collection[int]) -> tuple[list[int], list[int]]:
+    """(valid source numbers cited, numbers that match no source), each sorted and unique.
+    ``sources`` is the count k of retrieved sources (1..k), or the numbers a saved answer kept."""
+    known = (lambda n: 1 <= n <= sources) if isinstance(sources, int) else sources.__contains__
     valid: set[int] = set()
     invalid: set[int] = set()
     for mark in find_marks(text):
         for n in mark.numbers:
-            (valid if 1 <= n <= k else invalid).add(n)
+            (valid if known(n) else invalid).add(n)
     return sorted(valid), sorted(invalid)
 
 

@@ -99,34 +99,37 @@ def _workspace(args: argparse.Namespace) -> Workspace:
     return Workspace(settings)
 
 
-def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from marginalia_core.ingest.pipeline import ingest_path
+def _stream(events_: Iterable[events.Event], out: TextIO, err: TextIO, label: str) -> int:
+    """Print a stream of events; EXIT_REFUSED if any was an error (said on stderr too)."""
+    status = EXIT_OK
+    for event in events_:
+        _emit(event, out)
+        if event["type"] == "error":
+            status = EXIT_REFUSED
+            err.write(f"{label}: {event['message']}\n")
+    return status
 
-    refused = 0
+
+def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    status = EXIT_OK
     for path in args.files:
-        for event in ingest_path(
-            ws.store, ws.embedder, ws.settings, path, password=args.password
-        ):
-            _emit(event, out)
-            if event["type"] == "error":
-                refused += 1
-                err.write(f"refused: {event['message']}\n")
-    return EXIT_REFUSED if refused else EXIT_OK
+        status = max(status, _stream(ws.ingest_path(path, password=args.password), out, err,
+                                     "refused"))
+    return status
 
 
 def _search_line(ws: Workspace, query: str) -> dict[str, Any]:
-    hits = ws.retriever.search(query)
     return {
         "type": "hits",
         "query": query,
         "mode": ws.settings.retrieval_mode,
         "threshold": ws.retriever.threshold,
-        "hits": [h.as_source(i) for i, h in enumerate(hits, start=1)],
+        "hits": ws.sources(ws.search(query)),
     }
 
 
 def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    problem = ws.retriever.mismatch()
+    problem = ws.mismatch()
     if problem:
         err.write(f"warning: {problem.message}\n")
     queries: Iterable[str] = (
@@ -139,59 +142,40 @@ def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
 
 
 def cmd_ask(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    status = EXIT_OK
-    for event in ws.chat.ask(args.question, conversation_id=args.conversation):
-        _emit(event, out)
-        if event["type"] == "error":
-            err.write(f"error: {event['message']}\n")
-            status = EXIT_REFUSED
-    return status
+    return _stream(ws.ask(args.question, conversation_id=args.conversation), out, err, "error")
 
 
 def cmd_documents(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    for doc in ws.store.list_documents():
+    for doc in ws.documents():
         _emit({"type": "document", **doc}, out)
     return EXIT_OK
 
 
 def cmd_delete(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if not ws.store.delete_document(args.id):
+    if not ws.delete_document(args.id):
         raise MarginaliaError(f"No document with id {args.id!r}.")
     _emit(events.done(deleted=args.id), out)
     return EXIT_OK
 
 
 def cmd_reindex(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from marginalia_core.ingest.pipeline import reindex_document
-
-    if args.ids:
-        ids = list(args.ids)
-    elif args.all or args.target or args.overlap is not None:
-        ids = [d["id"] for d in ws.store.list_documents()]
-    else:
-        ids = [d["id"] for d in ws.retriever.stale_documents()]
-    status = EXIT_OK
-    for doc_id in ids:
-        for event in reindex_document(
-            ws.store, ws.embedder, ws.settings, doc_id, target=args.target, overlap=args.overlap
-        ):
-            _emit(event, out)
-            if event["type"] == "error":
-                status = EXIT_REFUSED
-                err.write(f"error: {event['message']}\n")
-    return status
+    which: Any = list(args.ids) if args.ids else (
+        "all" if args.all or args.target or args.overlap is not None else "stale"
+    )
+    return _stream(ws.reindex_many(which, target=args.target, overlap=args.overlap), out, err,
+                   "error")
 
 
 def cmd_conversations(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    for conv in ws.store.list_conversations():
+    for conv in ws.conversations():
         _emit({"type": "conversation", **conv}, out)
     return EXIT_OK
 
 
 def cmd_conversation(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    conv = ws.store.get_conversation(args.id)
+    conv = ws.conversation(args.id)
     _emit({"type": "conversation", **conv}, out)
-    for msg in ws.store.messages(args.id):
+    for msg in ws.messages(args.id):
         _emit({"type": "message", **msg}, out)
     return EXIT_OK
 
@@ -199,7 +183,7 @@ def cmd_conversation(ws: Workspace, args: argparse.Namespace, out: TextIO, err: 
 def cmd_delete_conversation(
     ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
 ) -> int:
-    if not ws.store.delete_conversation(args.id):
+    if not ws.delete_conversation(args.id):
         raise MarginaliaError(f"No conversation with id {args.id!r}.")
     _emit(events.done(deleted=args.id), out)
     return EXIT_OK

@@ -13,19 +13,12 @@ from typing import Any
 import streamlit as st
 
 from marginalia_app import presentation as fmt
-from marginalia_core.citations import find_marks
-from pages.common import (
-    DOCUMENTS_PAGE,
-    SAMPLE_QUESTIONS,
-    index_samples,
-    require_shell,
-    samples_in_library,
-    workspace,
-)
+from marginalia_app.ingest_view import index_samples
+from marginalia_app.samples import SAMPLE_QUESTIONS, samples_in_library
+from marginalia_app.shell import DOCUMENTS_PAGE, page
+from marginalia_core.citations import cited
 
-require_shell()
-ws = workspace()
-store = ws.store
+ws = page()
 state = st.session_state
 state.setdefault("cid", None)
 
@@ -59,16 +52,6 @@ def _run_samples() -> None:
     state["index_samples"] = True
 
 
-def _conversation_exists(cid: str | None) -> bool:
-    if not cid:
-        return False
-    try:
-        store.get_conversation(cid)
-    except Exception:
-        return False
-    return True
-
-
 # --------------------------------------------------------------------------- rendering
 
 def render_margin(
@@ -96,8 +79,8 @@ def render_margin(
         for source in sources:
             n = source["n"]
             label = (
-                f"**\\[{n}\\]** {fmt.escape_inline(source.get('documentName', ''), 30)}"
-                f" · {fmt.page_label(source.get('page'), source.get('pageEnd'))}"
+                f"**\\[{n}\\]** {fmt.escape_inline(source.get('document_name', ''), 30)}"
+                f" · {fmt.page_label(source.get('page'), source.get('page_end'))}"
                 f" · {fmt.percent(source.get('score'))}"
             )
             options: dict[str, Any] = {"icon": ":material/format_quote:"}
@@ -121,7 +104,7 @@ def render_passage(source: dict[str, Any], sentences: list[str], mid: str | None
     st.markdown(fmt.passage_markdown(content, spans, window=None if whole else window))
     where = f"Passage {int(source['idx']) + 1}" if source.get("idx") is not None else "Passage"
     note = " · the cited part is highlighted" if spans else ""
-    st.caption(f"{where} of {fmt.escape_inline(source.get('documentName', ''), 60)}{note}")
+    st.caption(f"{where} of {fmt.escape_inline(source.get('document_name', ''), 60)}{note}")
     if window is not None and mid is not None:
         st.toggle("Show the whole passage", key=whole_key)
 
@@ -130,7 +113,7 @@ def render_answer_block(message: dict[str, Any]) -> None:
     sources = message.get("sources") or []
     numbers = [s["n"] for s in sources]
     st.markdown(fmt.render_answer(message["content"], set(numbers)))
-    _, invalid = _marks(message["content"], numbers)
+    _, invalid = cited(message["content"], numbers)
     if invalid:
         listed = ", ".join(f"\\[{n}\\]" for n in invalid)
         st.caption(
@@ -150,14 +133,6 @@ def render_answer_block(message: dict[str, Any]) -> None:
             args=(message["id"], numbers),
             label_visibility="collapsed",
         )
-
-
-def _marks(text: str, numbers: list[int]) -> tuple[list[int], list[int]]:
-    valid, invalid = set(), set()
-    for mark in find_marks(text):
-        for n in mark.numbers:
-            (valid if n in numbers else invalid).add(n)
-    return sorted(valid), sorted(invalid)
 
 
 def render_empty_state(documents: list[dict[str, Any]]) -> None:
@@ -208,7 +183,7 @@ if state.pop("index_samples", False):
         heading = st.empty()
         heading.markdown("**Adding the sample documents…**")
         results = index_samples(ws)
-        added = sum(r["state"] == "indexed" for r in results)
+        added = sum(r.state == "indexed" for r in results)
         heading.markdown(
             f"**Added {added} sample document{'s' * (added != 1)}.** Ask one of the questions "
             "below, or your own."
@@ -216,16 +191,16 @@ if state.pop("index_samples", False):
     state["upload_results"] = results
 
 cid = state.get("cid")
-if cid and not _conversation_exists(cid):
+if cid and not ws.has_conversation(cid):
     cid = state["cid"] = None
-messages = store.messages(cid) if cid else []
+messages = ws.messages(cid) if cid else []
 answers = [m for m in messages if m["role"] == "assistant"]
 error = state.get("last_error")
 if error and error.get("cid") != cid:
     error = None
 
 if not messages and not question and not error:
-    render_empty_state(store.list_documents())
+    render_empty_state(ws.documents())
 
 left, right = st.columns([3, 2], gap="large")
 
@@ -259,7 +234,7 @@ with left:
     with st.chat_message("user"):
         st.markdown(fmt.escape_multiline(question))
     with st.chat_message("assistant"):
-        events = ws.chat.ask(question, cid)
+        events = ws.ask(question, cid)
         with st.spinner("Searching your documents…"):
             first = next(events, None)
         if first is None or first["type"] == "error":
@@ -289,11 +264,11 @@ with left:
         st.write_stream(answer_text)
         end = outcome.get("end") or {"type": "error", "message": "The answer stopped early."}
         if end["type"] == "done":
-            state["cid"] = end.get("conversationId") or first["conversationId"]
-            state["focus"] = end["messageId"]
+            state["cid"] = end.get("conversation_id") or first["conversation_id"]
+            state["focus"] = end["message_id"]
             st.rerun()
-        new_cid = first.get("conversationId")
-        kept = new_cid if _conversation_exists(new_cid) else cid
+        new_cid = first.get("conversation_id")
+        kept = new_cid if ws.has_conversation(new_cid) else cid
         state["cid"] = kept
         st.error(fmt.escape_inline(end.get("message", "")), icon=":material/error:")
         state["last_error"] = {"cid": kept, "question": question, "message": end.get("message", "")}

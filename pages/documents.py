@@ -7,20 +7,11 @@ import pandas as pd
 import streamlit as st
 
 from marginalia_app import presentation as fmt
-from marginalia_core.ingest.pipeline import reindex_document
-from pages.common import (
-    follow_progress,
-    index_samples,
-    ingest_one,
-    render_results,
-    require_shell,
-    samples_in_library,
-    workspace,
-)
+from marginalia_app.ingest_view import index_samples, ingest_one, render_results, watch
+from marginalia_app.samples import samples_in_library
+from marginalia_app.shell import page
 
-require_shell()
-ws = workspace()
-store = ws.store
+ws = page()
 settings = ws.settings
 state = st.session_state
 state.setdefault("uploader_generation", 0)
@@ -35,7 +26,7 @@ def _cancel_delete() -> None:
 
 
 def _delete(ids: list[str]) -> None:
-    deleted = sum(bool(store.delete_document(i)) for i in ids)
+    deleted = sum(ws.delete_document(i) for i in ids)
     state.pop("confirm_delete_documents", None)
     state["delete_selection"] = []
     state["flash"] = f"Deleted {deleted} document{'s' * (deleted != 1)}."
@@ -54,10 +45,10 @@ if flash := state.pop("flash", None):
     st.success(flash, icon=":material/check_circle:")
 
 # ---- documents indexed by another embedder cannot be searched until re-indexed
-mismatch = ws.retriever.mismatch()
+mismatch = ws.mismatch()
 if mismatch is not None:
     embedder = ws.embedder
-    stale = ws.retriever.stale_documents()
+    stale = ws.stale_documents()
     with st.container(border=True):
         st.warning(fmt.escape_inline(mismatch.message), icon=":material/sync_problem:")
         if st.button(
@@ -67,20 +58,7 @@ if mismatch is not None:
             key="reindex_stale",
         ):
             for doc in stale:
-                label = fmt.escape_inline(doc["name"], 80)
-                with st.status(f"{label} — re-indexing…") as status:
-                    end = follow_progress(
-                        reindex_document(
-                            store, embedder, settings, doc["id"],
-                            target=doc["chunk_target"], overlap=doc["chunk_overlap"],
-                        ),
-                        st.progress(0.0),
-                    )
-                    if end and end["type"] == "done":
-                        status.update(label=f"{label} — re-indexed", state="complete")
-                    else:
-                        st.markdown(fmt.escape_inline((end or {}).get("message", "Failed.")))
-                        status.update(label=f"{label} — re-indexing failed", state="error")
+                watch(f"{doc['name']} (re-indexing)", ws.reindex(doc["id"]), doc["name"])
             st.rerun()
 
 # ---- upload
@@ -98,7 +76,7 @@ if files:
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
     st.rerun()
 
-documents = store.list_documents()
+documents = ws.documents()
 
 if state.get("index_samples_docs"):
     state.pop("index_samples_docs")
@@ -107,9 +85,9 @@ if state.get("index_samples_docs"):
 
 results = state.get("upload_results")
 if results:
-    indexed = sum(r["state"] == "indexed" for r in results)
-    refused = sum(r["state"] == "error" for r in results)
-    duplicate = sum(r["state"] == "duplicate" for r in results)
+    indexed = sum(r.state == "indexed" for r in results)
+    refused = sum(r.state == "refused" for r in results)
+    duplicate = sum(r.state == "duplicate" for r in results)
     summary = [f"{indexed} indexed"]
     if duplicate:
         summary.append(f"{duplicate} already in your library")
@@ -138,7 +116,6 @@ if not documents:
         )
     st.stop()
 
-active = (ws.embedder.model, ws.embedder.dimension)
 table = pd.DataFrame(
     [
         {
@@ -148,7 +125,7 @@ table = pd.DataFrame(
             "Pages": d["page_count"],
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
-            "Searchable": (d["embed_model"], d["embed_dim"]) == active,
+            "Searchable": ws.is_searchable(d),
         }
         for d in documents
     ]

@@ -8,17 +8,13 @@ import pandas as pd
 import streamlit as st
 
 from marginalia_app import presentation as fmt
+from marginalia_app.ingest_view import watch
+from marginalia_app.shell import DOCUMENTS_PAGE, page
 from marginalia_core.config import RETRIEVAL_MODES
-from marginalia_core.ingest.chunking import chunk_stats, chunk_text, effective_overlap
-from marginalia_core.ingest.pipeline import reindex_document
 from marginalia_core.retrieval.retriever import make_excerpt
 from marginalia_core.workspace import Workspace
-from pages.common import DOCUMENTS_PAGE, follow_progress, require_shell, workspace
 
-require_shell()
-ws = workspace()
-store = ws.store
-retriever = ws.retriever
+ws = page()
 settings = ws.settings
 state = st.session_state
 
@@ -33,7 +29,7 @@ MODE_HELP = {
 @st.cache_data(max_entries=64, show_spinner=False)
 def score_rows(query: str, generation: int, embedder_key: str, _ws: Workspace) -> list[dict]:
     """Every chunk's score for ``query``; recomputed when the documents change."""
-    return _ws.retriever.score_table(query)
+    return _ws.score_table(query)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -41,7 +37,7 @@ def search_rows(
     query: str, mode: str, k: int, threshold: float, generation: int, embedder_key: str,
     _ws: Workspace,
 ) -> list[dict]:
-    hits = _ws.retriever.search(query, k=k, threshold=threshold, mode=mode)
+    hits = _ws.search(query, k=k, threshold=threshold, mode=mode)
     return [
         {
             "rank": h.rank,
@@ -92,15 +88,15 @@ st.caption(
     "passage sizes would split a document."
 )
 
-documents = store.list_documents()
+documents = ws.documents()
 if not documents:
     st.info("There is nothing to inspect yet: add documents first.", icon=":material/info:")
     st.page_link(DOCUMENTS_PAGE, label="Go to Documents", icon=":material/library_books:")
     st.stop()
 
 embedder = ws.embedder
-default_threshold = float(retriever.threshold)
-mismatch = retriever.mismatch()
+default_threshold = float(ws.retriever.threshold)
+mismatch = ws.mismatch()
 if mismatch is not None:
     st.warning(fmt.escape_inline(mismatch.message), icon=":material/sync_problem:")
 
@@ -135,7 +131,7 @@ with controls[2]:
     top_k = int(st.number_input("Top k", min_value=1, max_value=50, value=settings.top_k,
                                 key="inspector_k"))
 
-generation = store.generation()
+generation = ws.store.generation()
 if query.strip():
     rows = score_rows(query.strip(), generation, embedder.key, ws)
     df = pd.DataFrame(rows, columns=[*TABLE_COLUMNS, "chunk_id", "document_id"])
@@ -225,16 +221,16 @@ overlap = int(lab[1].number_input(
     value=int(doc["chunk_overlap"] if doc["chunk_overlap"] is not None else settings.chunk_overlap),
     key=f"lab-overlap-{doc_id}",
 ))
-used_overlap = effective_overlap(target, overlap)
+lab_preview = ws.chunk_preview(doc_id, target=target, overlap=overlap)
+used_overlap = lab_preview.overlap
 lab[2].caption(
     f"Now indexed with TARGET {doc['chunk_target']}, OVERLAP {doc['chunk_overlap']}."
     + (f" An overlap above half the target is clamped to {used_overlap}." if used_overlap != overlap
        else "")
 )
 
-text, page_starts = store.document_source(doc_id)
-chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
-stats = chunk_stats(chunks)
+chunks = lab_preview.chunks
+stats = lab_preview.stats
 m = st.columns(4)
 m[0].metric("Chunks", stats["count"], delta=stats["count"] - doc["chunk_count"] or None,
             delta_color="off")
@@ -275,7 +271,7 @@ with table_col:
     st.dataframe(preview, hide_index=True, width="stretch", height="auto",
                  column_config={"text": st.column_config.TextColumn(width="large")})
 
-unchanged = target == doc["chunk_target"] and used_overlap == doc["chunk_overlap"]
+unchanged = lab_preview.unchanged
 if st.button(
     f"Re-index {fmt.escape_inline(doc['name'], 60)} with TARGET {target}, OVERLAP {used_overlap}",
     type="primary",
@@ -284,21 +280,11 @@ if st.button(
     key="lab_reindex",
     help="Already indexed with these settings" if unchanged else None,
 ):
-    with st.status("Re-indexing…") as status:
-        end = follow_progress(
-            reindex_document(store, embedder, settings, doc_id, target=target,
-                             overlap=used_overlap),
-            st.progress(0.0),
-        )
-        if end and end["type"] == "done":
-            count = end["document"]["chunk_count"]
-            status.update(label=f"Re-indexed: {count} chunks", state="complete")
-            state["lab_flash"] = f"{doc['name']} was re-indexed into {count} chunks."
-        else:
-            message = (end or {}).get("message", "Re-indexing failed.")
-            st.markdown(fmt.escape_inline(message))
-            status.update(label="Re-indexing failed; the document is unchanged", state="error")
-    if end and end["type"] == "done":
+    outcome = watch(f"{doc['name']} (re-indexing)",
+                    ws.reindex(doc_id, target=target, overlap=used_overlap), doc["name"])
+    if outcome.state == "indexed":
+        state["lab_flash"] = f"{doc['name']} was re-indexed into {outcome.chunks} chunks."
         st.rerun()
+
 if flash := state.pop("lab_flash", None):
     st.success(fmt.escape_inline(flash), icon=":material/check_circle:")

@@ -113,16 +113,16 @@ def test_meta_precedes_every_token_and_carries_every_source(docs):
     assert_shape(events, "done")
     meta = events[0]
     assert meta["title"] == "When was the mill built?"
-    assert meta["conversationId"] == events[-1]["conversationId"]
+    assert meta["conversation_id"] == events[-1]["conversation_id"]
     sources = meta["sources"]
     assert [s["n"] for s in sources] == list(range(1, len(sources) + 1))
-    assert sources[0]["documentName"] == "mill.txt"
+    assert sources[0]["document_name"] == "mill.txt"
     for s in sources:
-        assert {"documentName", "excerpt", "score", "page", "pageEnd", "content"} <= set(s)
-        assert 0.0 <= s["score"] <= 1.0 and s["page"] == s["pageEnd"] == 1
+        assert {"document_name", "excerpt", "score", "page", "page_end", "content"} <= set(s)
+        assert 0.0 <= s["score"] <= 1.0 and s["page"] == s["page_end"] == 1
         assert " ".join(s["content"].split()).startswith(s["excerpt"].rstrip("…"))
     assert "1851" in text_of(events)
-    assert events[-1]["messageId"] and events[-1]["invalidCitations"] == []
+    assert events[-1]["message_id"] and events[-1]["invalid_citations"] == []
 
 
 def test_tokens_are_streamed_in_several_pieces(docs):
@@ -170,7 +170,7 @@ def test_request_carries_numbered_sources_and_the_last_10_messages(gemini_ws, fa
     sources = events[0]["sources"]
     assert sources and f"Cite only numbers from 1 to {len(sources)}." in system
     for s in sources:
-        assert f"[{s['n']}] (from \"{s['documentName']}\", page 1)\n{s['content'].strip()}" in system
+        assert f"[{s['n']}] (from \"{s['document_name']}\", page 1)\n{s['content'].strip()}" in system
     turns = [(c["role"], c["parts"][0]["text"]) for c in req.body["contents"]]
     expected = []
     for i in range(1, 6):
@@ -182,10 +182,10 @@ def test_request_carries_numbered_sources_and_the_last_10_messages(gemini_ws, fa
 
 def test_follow_up_retrieves_with_the_previous_question(docs):
     first = run(docs, "When was the mill built?")
-    conv = first[-1]["conversationId"]
+    conv = first[-1]["conversation_id"]
     follow = run(docs, "What else does it say about that?", conv)
     assert_shape(follow, "done")
-    assert follow[0]["sources"][0]["documentName"] == "mill.txt"
+    assert follow[0]["sources"][0]["document_name"] == "mill.txt"
     assert text_of(follow) != text_of(first)  # something new, not the same sentences
     assert retrieval_query("and in 1990?", [{"role": "user", "content": "The mill?"}]) == (
         "The mill?\nand in 1990?"
@@ -206,16 +206,16 @@ def test_only_cited_sources_are_saved_and_out_of_range_marks_flagged(gemini_ws, 
     k = len(events[0]["sources"])
     assert k >= 2
     done = events[-1]
-    assert done["citations"] == [1, 2] and done["invalidCitations"] == [7]
+    assert done["citations"] == [1, 2] and done["invalid_citations"] == [7]
 
-    user, assistant = ws.store.messages(done["conversationId"])
-    assert assistant["id"] == done["messageId"] and assistant["role"] == "assistant"
+    user, assistant = ws.store.messages(done["conversation_id"])
+    assert assistant["id"] == done["message_id"] and assistant["role"] == "assistant"
     assert assistant["content"] == "The mill dates from 1851 [2]. Bees make honey [1][2]. See [7]."
     saved = {s["n"]: s for s in assistant["sources"]}
     assert set(saved) == {1, 2}  # [7] has no passage; uncited passages are not kept
     by_n = {s["n"]: s for s in events[0]["sources"]}
     for n, s in saved.items():  # a reloaded conversation maps each mark to its passage
-        assert s["content"] == by_n[n]["content"] and s["documentName"] == by_n[n]["documentName"]
+        assert s["content"] == by_n[n]["content"] and s["document_name"] == by_n[n]["document_name"]
     assert user["content"] == "Tell me about the mill and the bees" and user["sources"] == []
 
 
@@ -225,8 +225,8 @@ def test_a_document_saying_cite_99_cannot_add_a_source(gemini_ws, fake_gemini):
     fake_gemini.set_answer("The document says to cite [99].")  # a model that obeyed it
     events = run(ws, "What does the document say about the mill's history?")
     done = events[-1]
-    assert done["citations"] == [] and done["invalidCitations"] == [99]
-    (_, assistant) = ws.store.messages(done["conversationId"])
+    assert done["citations"] == [] and done["invalid_citations"] == [99]
+    (_, assistant) = ws.store.messages(done["conversation_id"])
     assert assistant["sources"] == []
 
 
@@ -281,7 +281,7 @@ def test_error_mid_stream_never_saves_the_partial_answer(gemini_ws, fake_gemini)
 def test_failure_in_an_existing_conversation_adds_no_messages(gemini_ws, fake_gemini):
     ws = gemini_ws()
     ingest(ws, "mill.txt", MILL)
-    conv = run(ws, "When was the mill built?")[-1]["conversationId"]
+    conv = run(ws, "When was the mill built?")[-1]["conversation_id"]
     fake_gemini.stream_script(chunks=["Partial ", "answer [1]"], drop_after=1)
     failed(run(ws, "What happened to the mill in 1912?", conv), ws.store, conversations=1, messages=2)
 
@@ -322,10 +322,10 @@ def test_a_new_conversation_whose_answer_failed_can_be_retried_with_its_id(gemin
     fake_gemini.fail_next(503, endpoint="stream")
     first = run(ws, "When was the mill built?")
     failed(first, ws.store)
-    conv = first[0]["conversationId"]  # what the UI got from meta
+    conv = first[0]["conversation_id"]  # what the UI got from meta
     retry = run(ws, "When was the mill built?", conv)
     assert_shape(retry, "done")
-    assert retry[0]["conversationId"] == conv
+    assert retry[0]["conversation_id"] == conv
     assert [m["role"] for m in ws.store.messages(conv)] == ["user", "assistant"]
 
 
@@ -340,7 +340,7 @@ def test_conversation_created_on_first_message_with_a_64_char_title(docs):
     question = "When was the mill built, and by whom,   and what did it grind for the valley folk?"
     assert counts(docs.store) == (0, 0)
     events = run(docs, question)
-    conv = docs.store.get_conversation(events[-1]["conversationId"])
+    conv = docs.store.get_conversation(events[-1]["conversation_id"])
     assert conv["title"] == make_title(question) == " ".join(question.split())[:TITLE_CHARS]
     assert len(conv["title"]) == TITLE_CHARS
     run(docs, "What happened to the mill in 1912?", conv["id"])
@@ -353,8 +353,8 @@ def test_conversation_created_on_first_message_with_a_64_char_title(docs):
 
 
 def test_list_by_most_recently_updated_and_delete_cascades(docs):
-    a = run(docs, "When was the mill built?")[-1]["conversationId"]
-    b = run(docs, "How many bees live in a colony?")[-1]["conversationId"]
+    a = run(docs, "When was the mill built?")[-1]["conversation_id"]
+    b = run(docs, "How many bees live in a colony?")[-1]["conversation_id"]
     assert [c["id"] for c in docs.store.list_conversations()] == [b, a]
     run(docs, "What happened to the mill in 1912?", a)
     listed = docs.store.list_conversations()
@@ -372,7 +372,7 @@ def test_list_by_most_recently_updated_and_delete_cascades(docs):
 def test_saved_sources_are_plain_json(docs):
     done = run(docs, "When was the mill built?")[-1]
     raw = docs.store.conn.execute(
-        "SELECT sources FROM messages WHERE id = ?", (done["messageId"],)
+        "SELECT sources FROM messages WHERE id = ?", (done["message_id"],)
     ).fetchone()[0]
     assert [s["n"] for s in json.loads(raw)] == done["citations"]
 

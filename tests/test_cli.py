@@ -62,7 +62,8 @@ def test_ask_prints_meta_tokens_done_as_ndjson(indexed):
     code, lines, err = indexed("ask", "When was the mill built?")
     assert code == 0 and err == ""
     meta, *tokens, done = lines
-    assert set(meta) == {"type", "conversationId", "title", "sources"}
+    assert set(meta) == {"type", "conversationId", "title", "sources", "query"}
+    assert meta["query"] == "When was the mill built?"
     assert meta["type"] == "meta" and meta["title"] == "When was the mill built?"
     source = meta["sources"][0]
     assert source["n"] == 1 and source["documentName"] == "mill.txt"
@@ -85,7 +86,7 @@ def test_ask_continues_a_conversation_and_the_listing_commands(indexed):
     code, lines, _ = indexed("conversations")
     assert code == 0
     assert [(c["type"], c["id"]) for c in lines] == [("conversation", conv), ("conversation", other)]
-    assert lines[0]["title"] == "When was the mill built?" and lines[0]["message_count"] == 4
+    assert lines[0]["title"] == "When was the mill built?" and lines[0]["messageCount"] == 4
 
     code, lines, _ = indexed("conversation", conv)
     assert code == 0

@@ -296,9 +296,9 @@ def test_eight_threads_soak_one_database(workspace):
                 meta = events[0]
                 with ledger.lock:
                     ledger.hits.append((started, ended, label,
-                                        [s["documentId"] for s in meta["sources"]]))
-                    ledger.exchanges[last["conversationId"]] += 1
-                cid = last["conversationId"]
+                                        [s["document_id"] for s in meta["sources"]]))
+                    ledger.exchanges[last["conversation_id"]] += 1
+                cid = last["conversation_id"]
                 ledger.count("chat")
             if rng.random() < 0.3:
                 assert store.delete_conversation(cid)

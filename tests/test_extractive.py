@@ -24,7 +24,7 @@ import squad_answers  # noqa: E402
 
 
 def src(n: int, content: str, **extra) -> dict:
-    return {"n": n, "documentName": f"doc{n}.txt", "content": content, "page": 1, **extra}
+    return {"n": n, "document_name": f"doc{n}.txt", "content": content, "page": 1, **extra}
 
 
 def ingest(ws, name: str, text: str) -> None:
@@ -272,7 +272,7 @@ def test_a_document_cannot_inject_a_citation(workspace):
     done = events[-1]
     assert done["type"] == "done"
     assert "forty thousand dollars" in answer
-    assert done["invalidCitations"] == []
+    assert done["invalid_citations"] == []
     assert all(1 <= n <= k for m in find_marks(answer) for n in m.numbers)
 
 
@@ -288,7 +288,7 @@ def test_ocr_pdf_question_gets_sentences_not_a_running_header(workspace, pdf_dir
     marks = find_marks(answer)
     assert 2 <= len(marks) <= extractive.MAX_SENTENCES
     assert len(answer.split()) >= 30  # full sentences, not fragments
-    assert events[-1]["invalidCitations"] == []
+    assert events[-1]["invalid_citations"] == []
 
 
 SQUAD_ARTICLE = "Intergovernmental_Panel_on_Climate_Change"  # not one of the tuning articles

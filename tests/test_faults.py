@@ -227,15 +227,15 @@ def test_chat_ends_in_done_or_error_within_bound_and_saves_nothing_partial(ws, f
         assert fake_gemini.api_key not in end["message"]
         # nothing of the failed exchange: no conversation row, no message
         assert after == before
-        if end.get("conversationId"):
+        if end.get("conversation_id"):
             with pytest.raises(NotFoundError):
-                ws.store.get_conversation(end["conversationId"])
+                ws.store.get_conversation(end["conversation_id"])
     else:
         answer = "".join(e["text"] for e in events if e["type"] == "token")
         assert answer.strip()
         assert after["conversations"] == before["conversations"] + 1
         assert after["messages"] == before["messages"] + 2
-        saved = ws.store.messages(end["conversationId"])
+        saved = ws.store.messages(end["conversation_id"])
         assert [m["role"] for m in saved] == ["user", "assistant"]
         assert saved[1]["content"] == answer
 
@@ -251,7 +251,7 @@ def test_failed_follow_up_leaves_the_conversation_as_it_was(ws, fake_gemini, fau
     events, _ = timed_chat(ws)
     done = assert_well_formed(events)
     assert done["type"] == "done"
-    cid = done["conversationId"]
+    cid = done["conversation_id"]
     before = ws.store.get_conversation(cid)
     messages_before = ws.store.messages(cid)
     setup, expected, _ = CHAT_FAULTS[fault]

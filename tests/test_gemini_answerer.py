@@ -25,11 +25,11 @@ SYSTEM = (
 SOURCES = [
     {
         "n": 1,
-        "documentName": "cats.md",
+        "document_name": "cats.md",
         "content": "Cats sleep between twelve and sixteen hours a day.",
         "page": 1,
     },
-    {"n": 2, "documentName": "dogs.md", "content": "Dogs are social animals.", "page": 1},
+    {"n": 2, "document_name": "dogs.md", "content": "Dogs are social animals.", "page": 1},
 ]
 HISTORY = [
     {"role": "user", "content": "Tell me about cats."},

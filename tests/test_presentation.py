@@ -199,7 +199,7 @@ def test_numbers_and_labels():
     assert fmt.percent(0.8234) == "82 %"
     assert fmt.percent(-0.1) == "0 %"
     assert fmt.page_label(3) == "p. 3" and fmt.page_label(3, 4) == "pp. 3–4"
-    source = {"n": 1, "documentName": "report\n.pdf", "page": 3, "pageEnd": 3, "score": 0.82}
+    source = {"n": 1, "document_name": "report\n.pdf", "page": 3, "page_end": 3, "score": 0.82}
     assert fmt.source_label(source) == "[1] report .pdf · p. 3 · 82 %"
     assert fmt.source_label(source, with_score=False) == "[1] report .pdf · p. 3"
     assert fmt.format_created("2024-05-01T10:00:00+00:00")[:4] == "2024"

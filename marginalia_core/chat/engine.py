@@ -68,7 +68,7 @@ class ChatEngine:
         *,
         k: int | None = None,
         threshold: float | None = None,
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[events.ChatEvent]:
         question = (question or "").strip()
         if not question:
             yield events.error("Ask a question first: the message is empty.", "empty")
@@ -82,9 +82,8 @@ class ChatEngine:
             return
         try:
             conversation_id, title, history = self._conversation(conversation_id, question)
-            hits = self.retriever.search(
-                retrieval_query(question, history), k=k, threshold=threshold
-            )
+            query = retrieval_query(question, history)
+            hits = self.retriever.search(query, k=k, threshold=threshold)
         except MarginaliaError as exc:
             yield events.error(exc.message, exc.reason)
             return
@@ -94,7 +93,7 @@ class ChatEngine:
             return
 
         sources = [hit.as_source(n) for n, hit in enumerate(hits, start=1)]
-        yield events.meta(conversation_id, title, sources)
+        yield events.meta(conversation_id, title, sources, query=query)
 
         if not sources:
             answer = NO_SOURCES_ANSWER if len(self.retriever.index) else NO_DOCUMENTS_ANSWER
@@ -125,14 +124,14 @@ class ChatEngine:
                 if close is not None:
                     close()
         except MarginaliaError as exc:
-            yield events.error(exc.message, exc.reason, conversationId=conversation_id)
+            yield events.error(exc.message, exc.reason, conversation_id=conversation_id)
             return
         except Exception as exc:
             log.exception("answerer failed")
             yield events.error(
                 f"The answer failed: unexpected {type(exc).__name__}. Nothing was saved.",
                 "internal",
-                conversationId=conversation_id,
+                conversation_id=conversation_id,
             )
             return
         answer = "".join(parts)
@@ -140,7 +139,7 @@ class ChatEngine:
             yield events.error(
                 "The model returned an empty answer. Nothing was saved.",
                 "empty_answer",
-                conversationId=conversation_id,
+                conversation_id=conversation_id,
             )
             return
         yield from self._finish(conversation_id, title, question, answer, sources)
@@ -168,8 +167,8 @@ class ChatEngine:
         title: str,
         question: str,
         answer: str,
-        sources: list[dict[str, Any]],
-    ) -> Iterator[dict[str, Any]]:
+        sources: list[events.Source],
+    ) -> Iterator[events.ChatEvent]:
         valid, invalid = cited(answer, len(sources))
         keep = [s for s in sources if s["n"] in valid]
         try:
@@ -179,12 +178,12 @@ class ChatEngine:
             yield events.error(
                 f"The answer could not be saved ({type(exc).__name__}).",
                 "storage",
-                conversationId=conversation_id,
+                conversation_id=conversation_id,
             )
             return
         yield events.done(
-            messageId=message["id"],
-            conversationId=conversation_id,
+            message_id=message["id"],
+            conversation_id=conversation_id,
             citations=valid,
-            invalidCitations=invalid,
+            invalid_citations=invalid,
         )

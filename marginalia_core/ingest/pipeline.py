@@ -11,7 +11,8 @@ import hashlib
 import logging
 import queue
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,6 @@ from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.sqlite import Store
 
 log = logging.getLogger(__name__)
-
 
 
 class _Abandoned(Exception):
@@ -243,13 +243,13 @@ def reindex_document(
         )
         yield events.done(document=new, duplicate=False, file=name, reindexed=True)
     except MarginaliaError as exc:
-        yield events.error(exc.message, exc.reason, documentId=document_id)
+        yield events.error(exc.message, exc.reason, document_id=document_id)
     except Exception as exc:
         log.exception("unexpected failure re-indexing %s", document_id)
         yield events.error(
             f"Re-indexing failed: unexpected {type(exc).__name__}. The document is unchanged.",
             "internal",
-            documentId=document_id,
+            document_id=document_id,
         )
 
 
@@ -274,3 +274,51 @@ def safe_name(name: str) -> str:
     if dot and stem and len(ext) <= 10:
         return stem[: MAX_NAME_CHARS - len(ext) - 2] + "…." + ext
     return cleaned[: MAX_NAME_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True)
+class IngestOutcome:
+    """How one file's ingestion ended, for a person: ``indexed``, ``duplicate`` or ``refused``
+    (with the refusal's ``reason`` code and plain ``message``)."""
+
+    name: str
+    state: str
+    reason: str | None = None
+    message: str = ""
+    chunks: int = 0
+    pages: int = 1
+    document_id: str | None = None
+    existing: str | None = None  # the name a duplicate is already indexed under
+
+    @classmethod
+    def from_event(cls, end: events.IngestEvent | None, name: str) -> IngestOutcome:
+        if end is None or end["type"] == "stage":  # cannot happen: a stream always ends
+            return cls(name, "refused", "internal", "No result.")
+        if end["type"] == "error":
+            return cls(end.get("file", name), "refused", end.get("reason"), end.get("message", ""))
+        doc: dict[str, Any] = end.get("document") or {}
+        if end.get("duplicate"):
+            return cls(
+                end.get("file", name), "duplicate", message=end.get("message", ""),
+                document_id=doc.get("id"), existing=doc.get("name") or None,
+            )
+        return cls(
+            doc.get("name", name), "indexed", chunks=doc.get("chunk_count", 0),
+            pages=doc.get("page_count", 1), document_id=doc.get("id"),
+        )
+
+
+def follow(
+    stream: Iterable[events.IngestEvent],
+    on_stage: Callable[[events.StageEvent], None] | None = None,
+) -> events.IngestEvent | None:
+    """Drain an ingestion stream, passing each ``stage`` event to ``on_stage``; the final
+    ``done``/``error`` event."""
+    end: events.IngestEvent | None = None
+    for event in stream:
+        if event["type"] == "stage":
+            if on_stage is not None:
+                on_stage(event)
+        else:
+            end = event
+    return end

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from marginalia_core import events
 from marginalia_core.config import Settings
 from marginalia_core.errors import EmbedderMismatchError
 from marginalia_core.providers.embeddings.base import Embedder
@@ -43,16 +44,16 @@ class Hit:
     def excerpt(self) -> str:
         return make_excerpt(self.content)
 
-    def as_source(self, n: int) -> dict:
+    def as_source(self, n: int) -> events.Source:
         """The source shape of the ``meta`` event."""
         return {
             "n": n,
-            "chunkId": self.chunk_id,
-            "documentId": self.document_id,
-            "documentName": self.document_name,
+            "chunk_id": self.chunk_id,
+            "document_id": self.document_id,
+            "document_name": self.document_name,
             "idx": self.idx,
             "page": self.page_start,
-            "pageEnd": self.page_end,
+            "page_end": self.page_end,
             "score": round(float(self.score), 4),
             "excerpt": self.excerpt,
             "content": self.content,

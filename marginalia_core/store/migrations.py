@@ -3,6 +3,8 @@ function applied once, in order, inside a transaction, and recorded in ``_migrat
 
 from __future__ import annotations
 
+import json
+import re
 import sqlite3
 from collections.abc import Callable
 
@@ -103,6 +105,23 @@ def m003_deletion_counter(conn: sqlite3.Connection) -> None:
     """Bumped by every write that removes chunks: while it stands still, an in-memory index can
     load just the chunks added since (ids only grow) instead of every vector again."""
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('deletions', 0)")
+
+
+@migration
+def m004_sources_snake_case(conn: sqlite3.Connection) -> None:
+    """Saved sources use the Python naming (``document_name``, ``chunk_id``); releases up to 0.1
+    stored the wire's camelCase. The wire form is made only when events are serialised."""
+    rows = conn.execute("SELECT id, sources FROM messages WHERE sources LIKE '%Name%' "
+                        "OR sources LIKE '%Id\"%' OR sources LIKE '%pageEnd%'").fetchall()
+    for message_id, raw in rows:
+        sources = json.loads(raw or "[]")
+        fixed = [{_snake(k): v for k, v in s.items()} for s in sources if isinstance(s, dict)]
+        conn.execute("UPDATE messages SET sources = ? WHERE id = ?",
+                     (json.dumps(fixed, ensure_ascii=False), message_id))
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), key)
 
 
 def migrate(conn: sqlite3.Connection) -> list[str]:

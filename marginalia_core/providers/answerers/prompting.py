@@ -31,9 +31,9 @@ NO_DOCUMENTS_ANSWER = (
 
 def format_source(source: dict[str, Any]) -> str:
     page = source.get("page")
-    end = source.get("pageEnd", page)
+    end = source.get("page_end", page)
     where = f", page {page}" if page == end else f", pages {page}-{end}"
-    return f"[{source['n']}] (from \"{source['documentName']}\"{where})\n{source['content'].strip()}"
+    return f"[{source['n']}] (from \"{source['document_name']}\"{where})\n{source['content'].strip()}"
 
 
 def build_system_instruction(sources: Sequence[dict[str, Any]]) -> str:
