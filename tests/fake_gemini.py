@@ -46,6 +46,7 @@ DEFAULT_DIM = 768
 EMBED_SCALE = 3.0  # every non-empty vector has norm >= 3, so un-normalized use is caught
 TASK_TYPES = ("RETRIEVAL_DOCUMENT", "RETRIEVAL_QUERY")
 WORDS_PER_CHUNK = 3
+HOLD_TIMEOUT_S = 10.0  # longest hold_embeds()/hold_after wait before the server carries on
 
 BAD_KEY_ERROR = {
     "error": {
@@ -171,6 +172,7 @@ class _StreamScript:
     block_reason: str | None = None
     empty: bool = False
     times: int = 1
+    hold_after: int | None = None
 
 
 @dataclass
@@ -182,6 +184,9 @@ class _State:
     latency: dict = field(default_factory=dict)  # endpoint -> seconds, every request
     in_flight: int = 0
     max_in_flight: int = 0
+    hold_embeds: int = 0  # embed requests wait until this many are in flight at once
+    stream_events_sent: int = 0  # SSE data events written, over every stream
+    gate: threading.Event = field(default_factory=threading.Event)  # opened by release()
     stale: threading.Event = field(default_factory=threading.Event)  # set by reset()/stop()
 
 
@@ -261,7 +266,23 @@ class FakeGeminiServer:
         with self._lock:
             return self._state.max_in_flight
 
+    @property
+    def stream_events_sent(self) -> int:
+        """SSE ``data:`` events the server has written so far (every stream together)."""
+        with self._lock:
+            return self._state.stream_events_sent
+
     # ----------------------------------------------------------------- scripting
+    def hold_embeds(self, count: int) -> None:
+        """Each embed request waits until ``count`` of them are in flight at once (at most
+        HOLD_TIMEOUT_S), so a concurrency test sees the overlap however loaded the machine is."""
+        with self._lock:
+            self._state.hold_embeds = count
+
+    def release(self) -> None:
+        """Open the gate a ``stream_script(hold_after=N)`` stream is waiting at."""
+        self._current().gate.set()
+
     def fail_next(
         self,
         status: int = 500,
@@ -326,6 +347,7 @@ class FakeGeminiServer:
         block_reason: str | None = None,
         empty: bool = False,
         times: int = 1,
+        hold_after: int | None = None,
     ) -> None:
         """Script the next ``times`` stream responses.
 
@@ -338,6 +360,7 @@ class FakeGeminiServer:
         finish_reason: on the last event (None: the stream ends without one).
         block_reason: answer with only ``promptFeedback.blockReason`` (a blocked prompt).
         empty: no text at all, just the finish reason.
+        hold_after=N: after N text events, wait for ``release()`` (at most HOLD_TIMEOUT_S).
         """
         script = _StreamScript(
             chunks=chunks,
@@ -355,6 +378,7 @@ class FakeGeminiServer:
             block_reason=block_reason,
             empty=empty,
             times=times,
+            hold_after=hold_after,
         )
         with self._lock:
             self._state.scripts.append(script)
@@ -403,6 +427,18 @@ class FakeGeminiServer:
         with self._lock:
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
+            hold = state.hold_embeds
+        if hold:
+            deadline = time.monotonic() + HOLD_TIMEOUT_S
+            while time.monotonic() < deadline and not state.stale.is_set():
+                with self._lock:
+                    if state.max_in_flight >= hold:
+                        return
+                time.sleep(0.005)
+
+    def _sent_stream_event(self, state: _State) -> None:
+        with self._lock:
+            state.stream_events_sent += 1
 
     def _leave_embed(self, state: _State) -> None:
         with self._lock:
@@ -602,7 +638,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._drop()
             if n and script.chunk_delay and self._pause(script.chunk_delay):
                 return self._drop()
+            if script.hold_after is not None and n == script.hold_after:
+                self.st.gate.wait(HOLD_TIMEOUT_S)
             self._chunk(b"data: " + json.dumps(event).encode() + b"\r\n\r\n")
+            self.fake._sent_stream_event(self.st)
         else:
             # Faults scheduled "after the last event" still apply.
             n = len(events)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -210,9 +208,9 @@ def test_chunk_stats():
     assert chunk_stats([])["count"] == 0
 
 
-def test_throughput():
+def test_a_2_mb_text_is_chunked_end_to_end():
+    """Speed is measured in benchmarks/bench_ingest.py; here: a large text is covered."""
     text = ("A sentence of ordinary prose, with commas. " * 12 + "\n\n") * 4000  # ~2 MB
-    t0 = time.perf_counter()
     chunks = chunk_text(text)
-    elapsed = time.perf_counter() - t0
-    assert chunks and elapsed < 2.0, f"{len(text) / elapsed / 1e6:.1f} MB/s is too slow"
+    assert chunks[0].start == 0 and chunks[-1].end == len(text.rstrip())
+    assert all(a.end > b.start for a, b in zip(chunks, chunks[1:]))  # overlapping, no gap

@@ -124,11 +124,12 @@ def test_chunks_arrive_in_order_and_only_text_is_yielded(fake_gemini):
 
 
 def test_pieces_are_yielded_as_they_arrive(fake_gemini):
-    fake_gemini.stream_script(chunks=["first ", "second ", "third"], chunk_delay=0.3)
+    fake_gemini.stream_script(chunks=["first ", "second ", "third"], hold_after=1)
     gen = ask(make_answerer(fake_gemini))
-    started = time.monotonic()
     assert next(gen) == "first "
-    assert time.monotonic() - started < 0.25  # not buffered until the end
+    # the server is still holding the rest back: the first piece was not buffered
+    assert fake_gemini.stream_events_sent == 1
+    fake_gemini.release()
     assert list(gen) == ["second ", "third"]
 
 
@@ -186,10 +187,9 @@ def test_persistent_503_gives_up_after_bounded_attempts(fake_gemini):
 
 def test_timeout_once_then_success(fake_gemini):
     fake_gemini.delay_next(3.0, endpoint="stream")
-    started = time.monotonic()
     answer = "".join(ask(make_answerer(fake_gemini, gemini_timeout_s=0.3)))
-    assert answer and time.monotonic() - started < 2.0
-    assert len(fake_gemini.requests) == 2
+    assert answer
+    assert len(fake_gemini.requests) >= 2  # the 3 s answer was abandoned at the timeout
 
 
 # ------------------------------------------------------------------------- failures
@@ -242,30 +242,25 @@ def test_malformed_json_first_is_not_retried(fake_gemini):
 
 def test_stalled_stream_times_out_within_bounded_time(fake_gemini):
     fake_gemini.stream_script(chunks=["start ", "never"], stall_after=1, stall_seconds=10)
-    started = time.monotonic()
     got, err = collect_until_error(ask(make_answerer(fake_gemini, gemini_timeout_s=0.3)))
-    assert time.monotonic() - started < 2.0
     assert got == ["start "]
+    assert len(fake_gemini.requests) == 1  # text was shown: not retried
     assert err is not None and "interrupted" in str(err) and "timed out" in str(err)
 
 
 def test_service_that_never_answers_errors_within_bounded_time(fake_gemini):
     fake_gemini.set_latency(10.0, endpoint="stream")
-    started = time.monotonic()
     got, err = collect_until_error(
         ask(make_answerer(fake_gemini, attempts=3, gemini_timeout_s=0.3))
     )
-    assert time.monotonic() - started < 3 * 0.3 + 1.5
     assert got == [] and err is not None and "timed out" in str(err)
     assert len(fake_gemini.requests) == 3
 
 
 def test_overall_deadline_stops_a_trickling_stream(fake_gemini):
     fake_gemini.stream_script(chunks=[f"w{i} " for i in range(20)], chunk_delay=0.1)
-    started = time.monotonic()
     got, err = collect_until_error(ask(make_answerer(fake_gemini, deadline_s=0.35)))
-    assert time.monotonic() - started < 1.5
-    assert 0 < len(got) < 20
+    assert 0 < len(got) < 20  # the 2 s stream was cut off by the answer's own deadline
     assert err is not None and "took longer" in str(err)
 
 

@@ -15,7 +15,11 @@ from google.genai import errors as genai_errors
 from marginalia_core.errors import AuthenticationError, EmbeddingError
 from marginalia_core.providers import gemini_client
 from marginalia_core.providers.embeddings.base import Embedder
-from marginalia_core.providers.embeddings.gemini import MAX_BATCH, GeminiEmbedder
+from marginalia_core.providers.embeddings.gemini import (
+    MAX_BATCH,
+    QUERY_DEADLINE_TIMEOUTS,
+    GeminiEmbedder,
+)
 from marginalia_core.providers.gemini_client import (
     KEY_REJECTED,
     RetryPolicy,
@@ -133,14 +137,15 @@ def test_vectors_are_unit_float32_and_in_input_order(fake_gemini):
 
 
 def test_batches_run_concurrently_within_the_limit(fake_gemini):
-    fake_gemini.set_latency(0.15)
+    """Measured at the server: each batch is held until three are in flight together, so the
+    overlap is seen however loaded the machine is; a fourth never joins them."""
+    fake_gemini.hold_embeds(3)
+    fake_gemini.set_latency(0.05)
     texts = [words_doc(i) for i in range(600)]  # 6 batches
-    started = time.monotonic()
-    make_embedder(fake_gemini, gemini_concurrency=3).embed_documents(texts)
-    elapsed = time.monotonic() - started
+    out = make_embedder(fake_gemini, gemini_concurrency=3).embed_documents(texts)
     assert len(fake_gemini.requests_for("embed")) == 6
-    assert 1 < fake_gemini.max_in_flight <= 3
-    assert elapsed < 6 * 0.15  # faster than sequential
+    assert fake_gemini.max_in_flight == 3
+    assert np.allclose(out[599], expected(texts[599]), atol=1e-5)
 
 
 def test_concurrency_one_is_sequential(fake_gemini):
@@ -253,24 +258,23 @@ def test_failure_midway_returns_nothing_and_stops_other_batches(fake_gemini):
 def test_slow_response_past_timeout_is_retried(fake_gemini):
     fake_gemini.delay_next(3.0, endpoint="embed")
     emb = make_embedder(fake_gemini, gemini_timeout_s=0.3)
-    started = time.monotonic()
     vec = emb.embed_query("slow but fine")
-    assert time.monotonic() - started < 2.0
     assert np.allclose(vec, expected("slow but fine"), atol=1e-5)
-    assert len(fake_gemini.requests) == 2
+    # the first request was abandoned at the timeout (waiting for it would have succeeded
+    # with one request); a loaded machine may time out the retry too, hence >=
+    assert len(fake_gemini.requests) >= 2
 
 
 def test_persistently_slow_service_errors_within_bounded_time(fake_gemini):
     fake_gemini.set_latency(5.0)
-    emb = make_embedder(fake_gemini, attempts=3, gemini_timeout_s=0.3)
-    started = time.monotonic()
+    emb = make_embedder(fake_gemini, attempts=5, gemini_timeout_s=0.3)
     with pytest.raises(EmbeddingError) as info:
         emb.embed_query("never answered")
-    assert time.monotonic() - started < 3 * 0.3 + 1.5
     assert "timed out" in str(info.value)
     # a question's embedding stops retrying once QUERY_DEADLINE_TIMEOUTS request timeouts
-    # have passed, even with attempts left
-    assert len(fake_gemini.requests) == 2
+    # have passed, with attempts left: two timeouts already fill the deadline (a loaded
+    # machine may stop after one)
+    assert 1 <= len(fake_gemini.requests) <= QUERY_DEADLINE_TIMEOUTS < 5
 
 
 def test_documents_use_every_attempt_when_slow(fake_gemini):
@@ -418,10 +422,12 @@ def test_retry_call_cancel_event_stops_waiting():
     cancel = threading.Event()
     cancel.set()
 
+    calls: list[int] = []
+
     def flaky():
+        calls.append(1)
         raise _api_error(503, "x")
 
-    started = time.monotonic()
     with pytest.raises(genai_errors.ServerError):
         retry_call(flaky, attempts=5, initial_delay=5.0, cancel=cancel)
-    assert time.monotonic() - started < 1.0
+    assert calls == [1]  # no wait, no second attempt
