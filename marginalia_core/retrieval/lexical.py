@@ -35,6 +35,7 @@ import math
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # --- defaults, chosen on SciFact train (see the module docstring) -----------------------------
@@ -151,6 +152,88 @@ def bm25_search(
     sql += " ORDER BY bm25(chunks_fts), rowid LIMIT ?"
     params.append(int(limit))
     return [(int(r), float(s)) for r, s in conn.execute(sql, params)]
+
+
+# --- query signals: how much each term tells, and how much of it a chunk contains ----------
+
+
+@dataclass(frozen=True)
+class QuerySignals:
+    """What the query's words say about which list to trust (see ``adaptive_alpha``)."""
+
+    terms: int = 0
+    max_idf: float = 0.0  # of the rarest query term, as a share of the largest possible IDF
+    mean_idf: float = 0.0  # same scale, averaged over the terms that occur in the library
+    unknown: int = 0  # query terms no chunk contains
+    quoted: bool = False  # the query has a "quoted phrase"
+    identifiers: int = 0  # tokens with digits (codes, numbers, years)
+
+
+def _idf(n: int, total: int) -> float:
+    """Lucene's BM25 IDF (never negative)."""
+    return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+
+
+def term_weights(conn: sqlite3.Connection, query: str) -> dict[str, float]:
+    """IDF of each query term over the indexed chunks (0 for a term no chunk contains).
+
+    One FTS5 count per term (the tokenizer stems it as it stems the text)."""
+    terms = query_terms(query)
+    if not terms:
+        return {}
+    total = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    out = {}
+    for t in terms:
+        n = int(
+            conn.execute(
+                "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (f'"{t}"',)
+            ).fetchone()[0]
+        )
+        out[t] = _idf(n, total) if n else 0.0
+    return out
+
+
+def term_coverage(
+    conn: sqlite3.Connection, query: str, chunk_ids: Sequence[int], weights: Mapping[str, float]
+) -> dict[int, float]:
+    """Per chunk, the share of the query's term weight (IDF) its text contains, 0-1."""
+    total = sum(weights.values())
+    if not chunk_ids or total <= 0:
+        return {}
+    ids = "[" + ",".join(str(int(i)) for i in sorted(set(chunk_ids))) + "]"
+    got: dict[int, float] = {}
+    for t, w in weights.items():
+        if w <= 0:
+            continue
+        for (rowid,) in conn.execute(
+            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "AND +rowid IN (SELECT value FROM json_each(?))",
+            (f'"{t}"', ids),
+        ):
+            got[int(rowid)] = got.get(int(rowid), 0.0) + w
+    return {c: v / total for c, v in got.items()}
+
+
+def query_signals(query: str, weights: Mapping[str, float]) -> QuerySignals:
+    """Signals for ``adaptive_alpha`` from the query text and its term weights."""
+    if not weights:
+        return QuerySignals(quoted='"' in (query or ""))
+    known = [w for w in weights.values() if w > 0]
+    # the largest IDF possible in this library: a term in exactly one chunk
+    scale = max(known) if known else 1.0
+    return QuerySignals(
+        terms=len(weights),
+        max_idf=max(known) / scale if known else 0.0,
+        mean_idf=(sum(known) / len(known)) / scale if known else 0.0,
+        unknown=sum(1 for w in weights.values() if w <= 0),
+        quoted=bool(re.search(r'["“”].+?["“”]', query)),
+        identifiers=sum(1 for t in weights if any(ch.isdigit() for ch in t)),
+    )
+
+
+def adaptive_alpha(signals: QuerySignals) -> float:
+    """The dense weight for one query (1 - alpha goes to BM25)."""
+    return ALPHA
 
 
 # --- fusion ----------------------------------------------------------------------------------
