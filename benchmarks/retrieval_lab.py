@@ -31,8 +31,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -44,7 +42,7 @@ from marginalia_core.ingest.chunking import OVERLAP, TARGET, chunk_text  # noqa:
 from marginalia_core.providers.embeddings.local import LocalEmbedder  # noqa: E402
 from marginalia_core.retrieval import evaluation as ev  # noqa: E402
 from marginalia_core.retrieval import lexical  # noqa: E402
-from marginalia_core.retrieval.retriever import Retriever  # noqa: E402
+from marginalia_core.retrieval.retriever import RankedChunk, Retriever  # noqa: E402
 from marginalia_core.store.question_sets import (  # noqa: E402
     Judgment,
     Question,
@@ -183,6 +181,16 @@ def pdfs(emb: CachedEmbedder, split: str) -> tuple[Store, QuestionSet]:
 DATASETS = {"scifact": scifact, "squad": squad, "pdfs": pdfs}
 
 
+def _ordered(prepared: ev.Prepared, order) -> ev.EvalResult:
+    """Metrics for an ordering the Retriever no longer offers (the "before" rows)."""
+    results = []
+    for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
+        ranked = [RankedChunk(cid, 0.0, 0.0, 0.0, 0.0, 0, None, 0, False) for cid in order(c)]
+        results.append(ev.score_question(q, ev._units(ranked, q, prepared.chunks), TOP_K))
+    cfg = ev.EvalConfig("custom", top_k=TOP_K)
+    return ev.EvalResult(prepared.qset.name, cfg, THRESHOLD, ev.summarize(results, TOP_K), results)
+
+
 def run(args) -> dict:
     emb = CachedEmbedder()
     out = {}
@@ -195,15 +203,20 @@ def run(args) -> dict:
             with open(CACHE_DIR / f"prepared-{name}-{args.split}.pkl", "wb") as f:
                 pickle.dump(prepared, f)
         t_prep = time.perf_counter() - t0
-        rows = {}
-        for label, cfg in [
-            ("dense", ev.EvalConfig(mode="dense", top_k=TOP_K)),
-            ("lexical", ev.EvalConfig(mode="lexical", top_k=TOP_K)),
-            (f"hybrid, fixed alpha {lexical.ALPHA}", ev.EvalConfig(mode="hybrid", top_k=TOP_K,
-                                                                   alpha=lexical.ALPHA)),
-            ("hybrid (default)", ev.EvalConfig(mode="hybrid", top_k=TOP_K)),
-        ]:
-            rows[label] = ev.evaluate_prepared(retriever, prepared, cfg).metrics
+        rows = {
+            "dense": ev.evaluate_prepared(retriever, prepared, ev.EvalConfig("dense", top_k=TOP_K)),
+            "lexical, before (every BM25 match)": _ordered(prepared, lambda c: [
+                cid for cid, _ in lexical.fuse(None, [(i, b) for i, b in zip(c.chunk_ids, c.bm25)
+                                                      if b > 0], method="lexical")]),
+            "lexical (with its relevance floor)": ev.evaluate_prepared(
+                retriever, prepared, ev.EvalConfig("lexical", top_k=TOP_K)),
+            "hybrid, before (convex tmm, alpha 0.6)": _ordered(prepared, lambda c: [
+                cid for cid, _ in lexical.fuse(list(zip(c.chunk_ids, c.cosine)),
+                                               list(zip(c.chunk_ids, c.bm25)), alpha=0.6)]),
+            f"hybrid (default: alpha {lexical.ALPHA}, BM25 x coverage)": ev.evaluate_prepared(
+                retriever, prepared, ev.EvalConfig("hybrid", top_k=TOP_K)),
+        }
+        rows = {k: v.metrics for k, v in rows.items()}
         out[name] = {
             "set": qset.name, "questions": len(qset.questions),
             "documents": len(store.list_documents()),
@@ -212,7 +225,7 @@ def run(args) -> dict:
             "metrics": rows,
         }
         store.close()
-        print(f"{name}: {json.dumps(rows['hybrid (default)'])}", file=sys.stderr, flush=True)
+        print(f"{name}: {json.dumps(rows)}", file=sys.stderr, flush=True)
     return out
 
 
@@ -247,7 +260,7 @@ def main(argv=None) -> int:
                               "seconds": round(time.perf_counter() - t0, 1),
                               "recorded": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "load_average": os.getloadavg()}
-        path.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+        path.write_text(json.dumps(stored, indent=1) + "\n")
         md = ["# Retrieval lab: dense, lexical and hybrid on three evaluations", "",
               f"Top {TOP_K} passages, no threshold (order only). MRR@{TOP_K} / recall@{TOP_K} "
               "count the first relevant unit in the top k; nDCG@10 over the first 10 units "

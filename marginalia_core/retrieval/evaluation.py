@@ -43,7 +43,7 @@ class EvalConfig:
     mode: str = "hybrid"
     threshold: float | None = None
     top_k: int = 6
-    alpha: float | None = None  # hybrid: weight of the dense score; None = adaptive
+    alpha: float | None = None  # hybrid: weight of the dense score; None = lexical.ALPHA
     chunk_target: int | None = None  # informative here; the chunk sweep re-indexes for these
     chunk_overlap: int | None = None
     embedder: str | None = None
@@ -338,7 +338,7 @@ def weight_sweep(
     grid: Sequence[float | None] = (*WEIGHT_GRID, None),
     key: str = f"ndcg@{NDCG_AT}",
 ) -> WeightSweep:
-    """Hybrid metrics at each dense weight (``None`` = the adaptive weight)."""
+    """Hybrid metrics at each dense weight (``None`` = the default, lexical.ALPHA)."""
     points = [
         WeightPoint(a, evaluate_prepared(retriever, prepared,
                                          replace(base, mode="hybrid", alpha=a)).metrics)

@@ -41,7 +41,9 @@ from typing import Any
 # --- defaults, chosen on SciFact train (see the module docstring) -----------------------------
 FUSION = "convex"  # "convex" | "rrf"
 NORMALIZATION = "tmm"  # for "convex": "minmax" | "zscore" | "tmm" (theoretical-min-max)
-ALPHA = 0.6  # for "convex": weight of the dense score (1 - ALPHA goes to BM25)
+ALPHA = 0.55  # for "convex": weight of the dense score (1 - ALPHA goes to BM25)
+# for "convex" with ``coverage``: the BM25 part is multiplied by coverage ** COVERAGE_POWER
+COVERAGE_POWER = 1.0
 RRF_K = 1  # for "rrf": the k in 1 / (k + rank); k = 1 was best on train (0.727; k = 10: 0.721)
 RRF_WEIGHT = 0.5  # for "rrf": weight of the dense list (1 - RRF_WEIGHT goes to BM25)
 CANDIDATES = 200  # how many chunks each list contributes before fusion
@@ -159,7 +161,9 @@ def bm25_search(
 
 @dataclass(frozen=True)
 class QuerySignals:
-    """What the query's words say about which list to trust (see ``adaptive_alpha``)."""
+    """What the query's words say (shown by the Inspector's "why this ranked"). Measured as
+    inputs to a per-query fusion weight (rarest / mean IDF, quotes, digits): no gain on any
+    tuning split (benchmarks/retrieval_lab.md), so the weight stays fixed."""
 
     terms: int = 0
     max_idf: float = 0.0  # of the rarest query term, as a share of the largest possible IDF
@@ -175,13 +179,15 @@ def _idf(n: int, total: int) -> float:
 
 
 def term_weights(conn: sqlite3.Connection, query: str) -> dict[str, float]:
-    """IDF of each query term over the indexed chunks (0 for a term no chunk contains).
+    """IDF of each query term over the indexed chunks (0 for a term no chunk contains), as a
+    share of the largest IDF possible in this library (a term found in one chunk).
 
     One FTS5 count per term (the tokenizer stems it as it stems the text)."""
     terms = query_terms(query)
     if not terms:
         return {}
     total = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    scale = _idf(1, total) or 1.0
     out = {}
     for t in terms:
         n = int(
@@ -189,7 +195,7 @@ def term_weights(conn: sqlite3.Connection, query: str) -> dict[str, float]:
                 "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (f'"{t}"',)
             ).fetchone()[0]
         )
-        out[t] = _idf(n, total) if n else 0.0
+        out[t] = _idf(n, total) / scale if n else 0.0
     return out
 
 
@@ -215,25 +221,18 @@ def term_coverage(
 
 
 def query_signals(query: str, weights: Mapping[str, float]) -> QuerySignals:
-    """Signals for ``adaptive_alpha`` from the query text and its term weights."""
+    """``QuerySignals`` from the query text and its term weights."""
     if not weights:
         return QuerySignals(quoted='"' in (query or ""))
     known = [w for w in weights.values() if w > 0]
-    # the largest IDF possible in this library: a term in exactly one chunk
-    scale = max(known) if known else 1.0
     return QuerySignals(
         terms=len(weights),
-        max_idf=max(known) / scale if known else 0.0,
-        mean_idf=(sum(known) / len(known)) / scale if known else 0.0,
+        max_idf=max(known) if known else 0.0,
+        mean_idf=sum(known) / len(known) if known else 0.0,
         unknown=sum(1 for w in weights.values() if w <= 0),
         quoted=bool(re.search(r'["“”].+?["“”]', query)),
         identifiers=sum(1 for t in weights if any(ch.isdigit() for ch in t)),
     )
-
-
-def adaptive_alpha(signals: QuerySignals) -> float:
-    """The dense weight for one query (1 - alpha goes to BM25)."""
-    return ALPHA
 
 
 # --- fusion ----------------------------------------------------------------------------------
@@ -301,6 +300,7 @@ def fuse(
     k: float = RRF_K,
     weight: float = RRF_WEIGHT,
     limit: int | None = None,
+    coverage: Mapping[int, float] | None = None,
 ) -> list[tuple[int, float]]:
     """Merge a dense and a lexical ranking into one, best first: ``[(id, fused_score), ...]``.
 
@@ -310,7 +310,10 @@ def fuse(
     - ``"convex"``: ``alpha * norm(dense) + (1 - alpha) * norm(bm25)``; ``normalization`` is
       ``"minmax"`` (each list to [0, 1]), ``"zscore"`` or ``"tmm"`` (theoretical minimum:
       cosine 0, BM25 0; observed maximum). An id missing from one list gets that list's
-      lowest normalized value.
+      lowest normalized value. With ``coverage`` ({id: share of the query's term weight the
+      chunk contains, 0-1}, from ``term_coverage``), each normalized BM25 is multiplied by
+      ``coverage ** COVERAGE_POWER``: a long chunk repeating one common query word no longer
+      outranks a chunk containing the rare ones.
     - ``"rrf"``: ``weight / (k + rank_dense) + (1 - weight) / (k + rank_bm25)``, ranks from 1;
       a missing id contributes nothing from that list. ``weight = 0.5`` is plain RRF (halved).
     - ``"dense"`` / ``"lexical"``: one list only (for comparisons).
@@ -338,6 +341,8 @@ def fuse(
         ln, l_missing = _normalize([s for _, s in lx], normalization, 0.0)
         d_norm = {i: v for (i, _), v in zip(d, dn, strict=True)}
         l_norm = {i: v for (i, _), v in zip(lx, ln, strict=True)}
+        if coverage is not None:
+            l_norm = {i: v * coverage.get(i, 0.0) ** COVERAGE_POWER for i, v in l_norm.items()}
         score = {
             i: alpha * d_norm.get(i, d_missing) + (1.0 - alpha) * l_norm.get(i, l_missing)
             for i in order
