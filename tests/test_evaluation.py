@@ -281,3 +281,47 @@ def test_cli_qsets_and_eval(library, tmp_path):
     bad.write_text("question,document,page\nq?,a.md,x\n", encoding="utf-8")
     code, _, err = run_cli(db, "qsets", "import", str(bad), "--name", "bad")
     assert code == 1 and "line 2" in err
+
+
+@pytest.mark.slow
+def test_scifact_slice_eval_matches_the_benchmark(workspace, tmp_path):
+    """A real SciFact slice (10 test queries, their abstracts and 30 others) through the BEIR
+    import gives scifact_eval.py's nDCG@10 for the app's own query path."""
+    import random
+    import sys
+    from pathlib import Path
+
+    from conftest import SHARED_EVAL, requires_eval
+
+    data = SHARED_EVAL / "scifact"
+    if not data.exists() and Path("/work/shared/eval/scifact").exists():
+        data = Path("/work/shared/eval/scifact")
+    requires_eval(data)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import scifact_eval
+
+    scifact_eval.DATA = data
+    qrels = {q: r for q, r in sorted(scifact_eval.load_qrels("test").items())[:10]}
+    judged = {d for r in qrels.values() for d in r}
+    corpus = dict(scifact_eval.load_corpus())
+    others = random.Random(5).sample(sorted(set(corpus) - judged), 30)
+    for doc_id in sorted(judged) + others:
+        list(ingest_bytes(workspace.store, workspace.embedder, workspace.settings,
+                          f"{doc_id}.txt", corpus[doc_id].encode()))
+    # the library's documents are named <corpus id>.txt: judgments name the corpus id, so
+    # rename them to the corpus id as the benchmark's database does
+    workspace.store.conn.execute("UPDATE documents SET name = substr(name, 1, length(name) - 4)")
+    tsv = tmp_path / "test.tsv"
+    tsv.write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{g}\n" for q, r in qrels.items() for d, g in r.items()), encoding="utf-8")
+    workspace.lab.import_set(data / "queries.jsonl", qrels=tsv, name="slice")
+    ours = workspace.lab.evaluate("slice", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+
+    queries = scifact_eval.load_queries()
+    run = {}
+    for q in qrels:
+        hits = workspace.retriever.search(queries[q], k=scifact_eval.PROJECT_K, threshold=-1.0,
+                                          mode="hybrid")
+        run[q] = list(dict.fromkeys(h.document_name for h in hits))
+    assert ours.metrics["ndcg@10"] == pytest.approx(scifact_eval.evaluate(run, qrels)["ndcg@10"],
+                                                    abs=1e-12)
