@@ -270,7 +270,7 @@ def test_cli_qsets_and_eval(library, tmp_path):
     assert code == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
     assert [ln["type"] for ln in lines] == ["question"] * 4 + ["metrics"]
-    assert lines[-1]["metrics"]["hit@1"] == 1.0 and lines[0]["first_relevant_rank"] == 1
+    assert lines[-1]["metrics"]["hit@1"] == 1.0 and lines[0]["firstRelevantRank"] == 1
     code, out, _ = run_cli(db, "eval", "csv", "--format", "table", "--sweep", "threshold")
     assert code == 0 and "suggested" in out and "precision" in out.splitlines()[0]
     code, out, _ = run_cli(db, "qsets", "export", "csv", "--format", "csv")

@@ -34,7 +34,7 @@ def test_migration_creates_the_lab_tables(store):
     assert {"question_sets", "questions", "judgments", "retrieval_configs",
             "embedding_cache"} <= names
     applied = [r[0] for r in store.conn.execute("SELECT name FROM _migrations")]
-    assert "m004_retrieval_lab" in applied
+    assert "m005_retrieval_lab" in applied
 
 
 def test_save_and_load_round_trip(sets):

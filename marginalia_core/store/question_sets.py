@@ -1,5 +1,5 @@
 """Question sets (questions with the passages or pages that answer them) and saved retrieval
-configurations, in the library's own database (tables from migration ``m004_retrieval_lab``).
+configurations, in the library's own database (tables from migration ``m005_retrieval_lab``).
 
 A judgment names a document (by file name) and optionally a page range or a character span of
 the document's extracted text, never a chunk id: re-indexing with another chunking changes every
