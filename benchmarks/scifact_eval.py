@@ -45,6 +45,8 @@ from marginalia_core.retrieval.retriever import Retriever  # noqa: E402
 from marginalia_core.store.sqlite import Store  # noqa: E402
 
 DATA = (REPO / ".." / "shared" / "eval" / "scifact").resolve()
+if not DATA.exists() and Path("/work/shared/eval/scifact").exists():  # a worktree in /work/wt
+    DATA = Path("/work/shared/eval/scifact")
 RESULTS = REPO / "benchmarks" / "results"
 CANDIDATES = lexical.CANDIDATES  # chunks per list before fusion, as retrieval.py
 DEPTH = 100  # documents kept per query (Recall@100)

@@ -57,6 +57,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversation", metavar="ID", help="continue this conversation")
     _common(p)
 
+    p = sub.add_parser("eval", help="retrieval metrics for a question set (see qsets)")
+    p.add_argument("set", metavar="SET", help="question set name")
+    p.add_argument("--alpha", type=float, help="hybrid: weight of the dense score (0-1)")
+    p.add_argument("--config", help="use a saved configuration")
+    p.add_argument("--save-config", metavar="NAME", help="save this configuration under NAME")
+    p.add_argument("--compare", metavar="CONFIG", help="A/B against a saved configuration")
+    p.add_argument("--sweep", choices=["threshold", "weight", "chunks"], help="run a sweep")
+    p.add_argument("--target", type=int, help="passage size in characters (scratch index)")
+    p.add_argument("--overlap", type=int, help="passage overlap in characters (scratch index)")
+    p.add_argument("--format", choices=["ndjson", "table"], default="ndjson")
+    _common(p)
+
+    p = sub.add_parser("qsets", help="question sets: list, import, export, delete")
+    qsub = p.add_subparsers(dest="qsets_command", required=True, metavar="ACTION")
+    q = qsub.add_parser("list", help="list question sets")
+    _common(q)
+    q = qsub.add_parser("import", help="import a CSV, a JSON-lines export or BEIR files")
+    q.add_argument("file", metavar="FILE", help="question,document,page CSV; .jsonl; BEIR queries.jsonl")
+    q.add_argument("--name", required=True, help="name of the new set")
+    q.add_argument("--qrels", help="BEIR qrels .tsv (FILE is then queries.jsonl)")
+    q.add_argument("--replace", action="store_true", help="replace a set of that name")
+    _common(q)
+    q = qsub.add_parser("export", help="print a set as JSON lines or CSV")
+    q.add_argument("name", metavar="NAME")
+    q.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    _common(q)
+    q = qsub.add_parser("delete", help="delete a question set")
+    q.add_argument("name", metavar="NAME")
+    _common(q)
+
     p = sub.add_parser("documents", help="list indexed documents")
     _common(p)
     p = sub.add_parser("delete", help="delete a document and its chunks")
@@ -189,7 +219,117 @@ def cmd_delete_conversation(
     return EXIT_OK
 
 
+def _eval_config(ws: Workspace, args: argparse.Namespace):
+    from dataclasses import replace
+
+    cfg = ws.lab.config(args.config) if args.config else ws.lab.default_config()
+    overrides = {
+        "mode": args.mode, "threshold": args.threshold, "top_k": args.k, "alpha": args.alpha,
+        "chunk_target": args.target, "chunk_overlap": args.overlap,
+    }
+    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _table(rows: list[list[Any]], head: list[str]) -> str:
+    cells = [head] + [["" if c is None else (f"{c:.4f}" if isinstance(c, float) else str(c))
+                       for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from dataclasses import asdict
+
+    cfg = _eval_config(ws, args)
+    if args.save_config:
+        ws.lab.save_config(args.save_config, cfg)
+    table = args.format == "table"
+    if args.sweep == "threshold":
+        sw = ws.lab.threshold_sweep(args.set, mode=cfg.mode, top_k=cfg.top_k, alpha=cfg.alpha)
+        if table:
+            out.write(_table([[p.threshold, p.precision, p.recall, p.f1, p.returned, p.answered]
+                              for p in sw.points],
+                             ["threshold", "precision", "recall", "F1", "returned", "answered"]))
+            out.write(f"current {sw.current}  suggested {sw.suggested}\n")
+        else:
+            _emit({"type": "threshold_sweep", **asdict(sw)}, out)
+        return EXIT_OK
+    if args.sweep == "weight":
+        sw = ws.lab.weight_sweep(args.set, cfg)
+        if table:
+            keys = list(sw.points[0].metrics)
+            out.write(_table([["default" if p.alpha is None else p.alpha,
+                               *[p.metrics[k] for k in keys]] for p in sw.points],
+                             ["alpha", *keys]))
+        else:
+            _emit({"type": "weight_sweep", **asdict(sw)}, out)
+        return EXIT_OK
+    if args.sweep == "chunks":
+        sw = ws.lab.chunk_sweep(args.set, config=cfg,
+                                progress=None if table else (lambda e: _emit(e, out)))
+        if table:
+            keys = list(sw.points[0].result.metrics)
+            out.write(_table([[p.target, p.overlap, p.chunks, p.embedded_now,
+                               *[p.result.metrics[k] for k in keys]] for p in sw.points],
+                             ["target", "overlap", "passages", "embedded", *keys]))
+        else:
+            for p in sw.points:
+                _emit({"type": "chunk_point", "target": p.target, "overlap": p.overlap,
+                       "chunks": p.chunks, "embedded_now": p.embedded_now,
+                       "metrics": p.result.metrics}, out)
+        return EXIT_OK
+    if args.compare:
+        cmp = ws.lab.compare(args.set, cfg, args.compare)
+        if table:
+            keys = list(cmp.a.metrics)
+            out.write(_table([[k, cmp.a.metrics[k], cmp.b.metrics[k]] for k in keys],
+                             ["metric", "A (this)", f"B ({args.compare})"]))
+            out.write(_table([[d.question_id, d.rank_a, d.rank_b, d.shift, "; ".join(d.gained),
+                               "; ".join(d.lost)] for d in cmp.deltas],
+                             ["question", "rank A", "rank B", "shift", "gained", "lost"]))
+        else:
+            _emit({"type": "comparison", "a": cmp.a.metrics, "b": cmp.b.metrics,
+                   "better": cmp.better, "worse": cmp.worse,
+                   "deltas": [asdict(d) for d in cmp.deltas]}, out)
+        return EXIT_OK
+    result = ws.lab.evaluate(args.set, cfg)
+    if table:
+        out.write(_table([[q.question_id, q.first_relevant_rank, q.recall, q.reciprocal_rank,
+                           q.ndcg, q.question[:60]] for q in result.questions],
+                         ["question", "first relevant", "recall", "RR", "nDCG@10", "text"]))
+        out.write(_table([[k, v] for k, v in result.metrics.items()], ["metric", "value"]))
+    else:
+        for q in result.questions:
+            _emit({"type": "question", **asdict(q)}, out)
+        _emit({"type": "metrics", "set": result.set_name, "config": result.config.to_dict(),
+               "threshold": result.threshold, "metrics": result.metrics}, out)
+    return EXIT_OK
+
+
+def cmd_qsets(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from dataclasses import asdict
+
+    action = args.qsets_command
+    if action == "list":
+        for s in ws.lab.list_sets():
+            _emit({"type": "question_set", **asdict(s)}, out)
+    elif action == "import":
+        s = ws.lab.import_set(args.file, name=args.name, qrels=args.qrels, replace=args.replace)
+        _emit({"type": "done", "imported": asdict(s)}, out)
+    elif action == "export":
+        out.write(ws.lab.export_set(args.name, args.format))
+    elif action == "delete":
+        if not ws.lab.delete_set(args.name):
+            raise MarginaliaError(f"No question set named {args.name!r}.")
+        _emit(events.done(deleted=args.name), out)
+    return EXIT_OK
+
+
 COMMANDS = {
+    "eval": cmd_eval,
+    "qsets": cmd_qsets,
     "ingest": cmd_ingest,
     "search": cmd_search,
     "ask": cmd_ask,

@@ -23,6 +23,7 @@ from marginalia_core.store.sqlite import Store
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
+    from marginalia_core.lab import RetrievalLab
     from marginalia_core.providers.answerers.base import Answerer
 
 Reindex = Literal["stale", "all"]
@@ -73,6 +74,13 @@ class Workspace:
         from marginalia_core.chat.engine import ChatEngine
 
         return ChatEngine(self.store, self.retriever, self.answerer, self.settings)
+
+    @cached_property
+    def lab(self) -> RetrievalLab:
+        """Question sets, evaluation, sweeps, saved configurations, A/B and score tables."""
+        from marginalia_core.lab import RetrievalLab
+
+        return RetrievalLab(self)
 
     def mode_summary(self) -> dict[str, str]:
         """What the UI and CLI show as the active mode; never includes the key."""

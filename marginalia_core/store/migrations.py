@@ -124,6 +124,53 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), key)
 
 
+@migration
+def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
+    """Question sets with judgments, saved retrieval configurations, and an embedding cache
+    keyed by text hash. Judgments name a document and a page range or text span, never a
+    chunk id, so they survive re-indexing with another chunking."""
+    conn.executescript(
+        """
+        CREATE TABLE question_sets (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            description TEXT NOT NULL DEFAULT '',
+            created TEXT NOT NULL
+        );
+        CREATE TABLE questions (
+            id TEXT PRIMARY KEY,
+            set_id TEXT NOT NULL REFERENCES question_sets(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            external_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            UNIQUE (set_id, external_id)
+        );
+        CREATE INDEX questions_set ON questions(set_id, position);
+        CREATE TABLE judgments (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            question_id TEXT NOT NULL REFERENCES questions(id) ON DELETE CASCADE,
+            document TEXT NOT NULL,
+            page_start INTEGER,
+            page_end INTEGER,
+            span_start INTEGER,
+            span_end INTEGER,
+            grade INTEGER NOT NULL DEFAULT 1,
+            excerpt TEXT NOT NULL DEFAULT ''
+        );
+        CREATE INDEX judgments_question ON judgments(question_id);
+        CREATE TABLE retrieval_configs (
+            name TEXT PRIMARY KEY,
+            config TEXT NOT NULL,
+            created TEXT NOT NULL
+        );
+        CREATE TABLE embedding_cache (
+            key TEXT PRIMARY KEY,
+            vector BLOB NOT NULL
+        );
+        """
+    )
+
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes."""
     conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT)")

@@ -1,0 +1,300 @@
+"""Dense, lexical and hybrid side by side on three evaluations, through the app's own evaluator
+(``marginalia_core.retrieval.evaluation``, the same code as ``python -m marginalia_core eval``):
+
+- SciFact (BEIR): ``--scifact-split test`` (held out; tune with ``train``), document level
+  (a document's score is its best passage's), imported with ``question_sets.read_beir``;
+- SQuAD v1.1 dev: every article of articles_derived.jsonl is one document; a question's
+  judgment is the character span of its paragraph (the paragraph's article and position);
+  ``SQUAD_PER_ARTICLE`` questions per article, articles split into tune / held-out halves;
+- PDF pages: benchmarks/questions/pdfs_pages.jsonl (written for this project) over
+  ../shared/eval/pdfs ingested through the real pipeline; odd ids tune, even ids held out.
+
+    python benchmarks/retrieval_lab.py                    # all three, held-out splits
+    python benchmarks/retrieval_lab.py --split tune       # the tuning splits
+    python benchmarks/retrieval_lab.py --only pdfs
+
+Vectors come from benchmarks/.cache (``_cache.EmbeddingCache``, by text), so only new text is
+embedded. Writes benchmarks/results/retrieval_lab.json and .md (keyed by split).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import pickle
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _cache import CACHE_DIR, EmbeddingCache  # noqa: E402
+
+from marginalia_core.config import Settings  # noqa: E402
+from marginalia_core.ingest.chunking import OVERLAP, TARGET, chunk_text  # noqa: E402
+from marginalia_core.providers.embeddings.local import LocalEmbedder  # noqa: E402
+from marginalia_core.retrieval import evaluation as ev  # noqa: E402
+from marginalia_core.retrieval import lexical  # noqa: E402
+from marginalia_core.retrieval.retriever import RankedChunk, Retriever  # noqa: E402
+from marginalia_core.store.question_sets import (  # noqa: E402
+    Judgment,
+    Question,
+    QuestionSet,
+    read_beir,
+    read_jsonl,
+)
+from marginalia_core.store.sqlite import Store  # noqa: E402
+
+SHARED = Path(os.environ.get("MARGINALIA_SHARED_EVAL", REPO / ".." / "shared" / "eval")).resolve()
+if not SHARED.exists() and Path("/work/shared/eval").exists():
+    SHARED = Path("/work/shared/eval")
+RESULTS = REPO / "benchmarks" / "results"
+PDF_QUESTIONS = REPO / "benchmarks" / "questions" / "pdfs_pages.jsonl"
+SQUAD_PER_ARTICLE = 25
+TOP_K = 6  # passages returned, as Chat
+TIMED_QUERIES = 100
+THRESHOLD = -1.0  # rank only: no cut-off, so the three modes are compared on order
+
+
+class CachedEmbedder:
+    """The local embedder with every vector (documents and queries) cached by text."""
+
+    def __init__(self) -> None:
+        self.inner = LocalEmbedder()
+        self.model, self.dimension, self.key = self.inner.model, self.inner.dimension, self.inner.key
+        self.default_threshold = self.inner.default_threshold
+        self.cache = EmbeddingCache(self.key, self.dimension, root=CACHE_DIR)
+
+    def embed_documents(self, texts, progress=None):
+        return self.cache.get(list(texts), self.inner.embed_documents)
+
+    def embed_batch(self, texts, *, query: bool):
+        role = "query" if query else "document"
+        return self.cache.get(list(texts), lambda b: self.inner.embed_batch(b, query=query),
+                              role=role)
+
+    def embed_query(self, text: str):
+        return self.embed_batch([text], query=True)[0]
+
+
+def _add(store: Store, emb: CachedEmbedder, name: str, text: str, page_starts=None) -> None:
+    chunks = chunk_text(text, page_starts=page_starts)
+    vecs = emb.embed_documents([c.text for c in chunks])
+    store.add_document(
+        name=name, mime="text/plain", size=len(text.encode()),
+        content_hash=hashlib.sha256(f"{name}\0{text}".encode()).hexdigest(),
+        embed_model=emb.model, embed_dim=emb.dimension, chunks=chunks, embeddings=vecs,
+        chunk_target=TARGET, chunk_overlap=OVERLAP, text=text,
+        page_starts=page_starts or [0], page_count=len(page_starts or [0]), document_id=name,
+    )
+
+
+def _fresh(path: Path) -> Store:
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    return Store(path)
+
+
+# --- the three libraries and their question sets --------------------------------------------
+
+
+def scifact(emb: CachedEmbedder, split: str) -> tuple[Store, QuestionSet]:
+    data = SHARED / "scifact"
+    path = CACHE_DIR / f"lab-scifact-{TARGET}-{OVERLAP}.sqlite"
+    if not path.exists():
+        store = _fresh(path)
+        with open(data / "corpus.jsonl", encoding="utf-8") as f:
+            for line in f:
+                d = json.loads(line)
+                _add(store, emb, str(d["_id"]), (d.get("title") or "") + "\n\n" + (d.get("text") or ""))
+    else:
+        store = Store(path)
+    qsplit = "train" if split == "tune" else "test"
+    return store, read_beir(data / "queries.jsonl", data / "qrels" / f"{qsplit}.tsv",
+                            name=f"scifact-{qsplit}")
+
+
+def squad(emb: CachedEmbedder, split: str) -> tuple[Store, QuestionSet]:
+    data = SHARED / "squad-v1.1-dev"
+    path = CACHE_DIR / f"lab-squad-{TARGET}-{OVERLAP}.sqlite"
+    articles = {}
+    with open(data / "articles_derived.jsonl", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            articles[d["_id"]] = d["text"]
+    store_exists = path.exists()
+    store = Store(path) if store_exists else _fresh(path)
+    if not store_exists:
+        for aid, text in articles.items():
+            _add(store, emb, aid, text)
+    with open(data / "dev-v1.1.json", encoding="utf-8") as f:
+        dev = json.load(f)["data"]
+    questions = []
+    for n, art in enumerate(sorted(dev, key=lambda a: a["title"])):
+        if (n % 2 == 0) != (split == "tune"):
+            continue
+        aid, text = art["title"], articles.get(art["title"])
+        if text is None:
+            continue
+        pos, qs = 0, []
+        for para in art["paragraphs"]:
+            start = text.find(para["context"], pos)
+            if start < 0:
+                continue
+            pos = start + len(para["context"])
+            for qa in para["qas"]:
+                qs.append(Question(qa["question"], (Judgment(aid, span_start=start, span_end=pos),),
+                                   qa["id"]))
+        step = max(1, len(qs) // SQUAD_PER_ARTICLE)
+        questions += qs[::step][:SQUAD_PER_ARTICLE]
+    return store, QuestionSet(f"squad-{split}", questions)
+
+
+def pdfs(emb: CachedEmbedder, split: str) -> tuple[Store, QuestionSet]:
+    from marginalia_core.ingest.pipeline import ingest_path
+
+    path = CACHE_DIR / "lab-pdfs.sqlite"
+    if not path.exists():
+        store = _fresh(path)
+        settings = Settings(db_path=str(path))
+        passwords = {}
+        with open(SHARED / "pdfs" / "MANIFEST.tsv", encoding="utf-8") as f:
+            for row in csv.DictReader(f, delimiter="\t"):
+                m = re.search(r'(?:pw|password) ""?(\w+)', row["why_interesting"])
+                if m:
+                    passwords[row["file"]] = m.group(1)
+        for pdf in sorted((SHARED / "pdfs").glob("*.pdf")):
+            list(ingest_path(store, emb, settings, pdf, password=passwords.get(pdf.name)))
+    else:
+        store = Store(path)
+    full = read_jsonl(PDF_QUESTIONS.read_text(encoding="utf-8"), name="pdf-pages")
+    keep = [q for q in full.questions if (int(q.id[1:]) % 2 == 1) == (split == "tune")]
+    return store, QuestionSet(f"pdf-pages-{split}", keep)
+
+
+DATASETS = {"scifact": scifact, "squad": squad, "pdfs": pdfs}
+
+
+def _timing(retriever: Retriever, queries: list[str]) -> dict[str, float]:
+    """Median ms per query (query vectors cached): all of ``Retriever.candidates`` and, within
+    it, the term weights + coverage that the coverage-weighted fusion and the lexical floor add."""
+    import statistics
+
+    total, extra = [], []
+    conn = retriever.store.conn
+    for q in queries:
+        a = time.perf_counter()
+        c = retriever.candidates(q)
+        b = time.perf_counter()
+        lexical.term_coverage(conn, q, c.chunk_ids, lexical.term_weights(conn, q))
+        total.append(b - a)
+        extra.append(time.perf_counter() - b)
+    return {"candidates": round(1000 * statistics.median(total), 2),
+            "of_which_term_coverage": round(1000 * statistics.median(extra), 2)}
+
+
+def _ordered(prepared: ev.Prepared, order) -> ev.EvalResult:
+    """Metrics for an ordering the Retriever no longer offers (the "before" rows)."""
+    results = []
+    for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
+        ranked = [RankedChunk(cid, 0.0, 0.0, 0.0, 0.0, 0, None, 0, False) for cid in order(c)]
+        results.append(ev.score_question(q, ev._units(ranked, q, prepared.chunks), TOP_K))
+    cfg = ev.EvalConfig("custom", top_k=TOP_K)
+    return ev.EvalResult(prepared.qset.name, cfg, THRESHOLD, ev.summarize(results, TOP_K), results)
+
+
+def run(args) -> dict:
+    emb = CachedEmbedder()
+    out = {}
+    for name in args.only or list(DATASETS):
+        t0 = time.perf_counter()
+        store, qset = DATASETS[name](emb, args.split)
+        retriever = Retriever(store, emb, Settings(db_path=store.path, threshold=THRESHOLD))
+        prepared = ev.prepare(retriever, qset)
+        if args.dump:
+            with open(CACHE_DIR / f"prepared-{name}-{args.split}.pkl", "wb") as f:
+                pickle.dump(prepared, f)
+        t_prep = time.perf_counter() - t0
+        rows = {
+            "dense": ev.evaluate_prepared(retriever, prepared, ev.EvalConfig("dense", top_k=TOP_K)),
+            "lexical, before (every BM25 match)": _ordered(prepared, lambda c: [
+                cid for cid, _ in lexical.fuse(None, [(i, b) for i, b in zip(c.chunk_ids, c.bm25)
+                                                      if b > 0], method="lexical")]),
+            "lexical (with its relevance floor)": ev.evaluate_prepared(
+                retriever, prepared, ev.EvalConfig("lexical", top_k=TOP_K)),
+            "hybrid, before (convex tmm, alpha 0.6)": _ordered(prepared, lambda c: [
+                cid for cid, _ in lexical.fuse(list(zip(c.chunk_ids, c.cosine)),
+                                               list(zip(c.chunk_ids, c.bm25)), alpha=0.6)]),
+            f"hybrid (default: alpha {lexical.ALPHA}, BM25 x coverage)": ev.evaluate_prepared(
+                retriever, prepared, ev.EvalConfig("hybrid", top_k=TOP_K)),
+        }
+        rows = {k: v.metrics for k, v in rows.items()}
+        timing = _timing(retriever, [q.text for q in qset.questions[:TIMED_QUERIES]])
+        out[name] = {
+            "set": qset.name, "timing_ms_p50": timing, "questions": len(qset.questions),
+            "documents": len(store.list_documents()),
+            "chunks": int(store.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]),
+            "seconds": round(time.perf_counter() - t0, 1), "search_seconds": round(t_prep, 1),
+            "metrics": rows,
+        }
+        store.close()
+        print(f"{name}: {json.dumps(rows)}", file=sys.stderr, flush=True)
+    return out
+
+
+def markdown(res: dict, split: str, command: str) -> str:
+    lines = [f"## {split} splits", "", f"`{command}`", ""]
+    for name, r in res.items():
+        metrics = r["metrics"]
+        keys = [k for k in next(iter(metrics.values())) if k != "questions"]
+        t = r.get("timing_ms_p50", {})
+        lines += [f"### {name}: {r['set']} ({r['questions']} questions, {r['documents']} documents,"
+                  f" {r['chunks']} passages)", "",
+                  f"Candidates per query (p50, query vector cached): {t.get('candidates')} ms, "
+                  f"of which term weights + coverage {t.get('of_which_term_coverage')} ms.", "",
+                  "| method | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        for label, m in metrics.items():
+            lines.append(f"| {label} | " + " | ".join(f"{m[k]:.4f}" for k in keys) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--split", choices=["tune", "heldout"], default="heldout")
+    ap.add_argument("--only", nargs="*", choices=list(DATASETS))
+    ap.add_argument("--dump", action="store_true", help="pickle the prepared candidates")
+    ap.add_argument("--no-save", action="store_true")
+    args = ap.parse_args(argv)
+    command = "python benchmarks/retrieval_lab.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    t0 = time.perf_counter()
+    res = run(args)
+    if not args.no_save:
+        path = RESULTS / "retrieval_lab.json"
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        stored[args.split] = {"command": command.strip(), "datasets": res,
+                              "seconds": round(time.perf_counter() - t0, 1),
+                              "recorded": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                              "load_average": os.getloadavg()}
+        path.write_text(json.dumps(stored, indent=1) + "\n")
+        md = ["# Retrieval lab: dense, lexical and hybrid on three evaluations", "",
+              f"Top {TOP_K} passages, no threshold (order only). MRR@{TOP_K} / recall@{TOP_K} "
+              "count the first relevant unit in the top k; nDCG@10 over the first 10 units "
+              "(documents for SciFact, passages otherwise).", ""]
+        for split in ("heldout", "tune"):
+            if split in stored:
+                md.append(markdown(stored[split]["datasets"], split, stored[split]["command"]))
+        (RESULTS / "retrieval_lab.md").write_text("\n".join(md) + "\n")
+    print(markdown(res, args.split, command))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,327 @@
+"""Evaluation on a real library (real SQLite, the real local embedder, a few small documents):
+metrics against hand-computed values, the BEIR figure, threshold / weight / chunk-size sweeps,
+A/B comparison, the score table, the lexical relevance floor, and the ``eval`` CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import threading
+
+import pytest
+
+from marginalia_core import cli
+from marginalia_core.ingest.pipeline import ingest_bytes, reindex_document
+from marginalia_core.retrieval import evaluation as ev
+from marginalia_core.retrieval import lexical
+from marginalia_core.retrieval.retriever import RankedChunk
+from marginalia_core.store.question_sets import Judgment, Question, QuestionSet
+
+DOCS = {
+    "bees.md": "Honey bees communicate the location of flowers with a waggle dance. The angle of "
+    "the dance encodes the direction relative to the sun, and its length the distance.\n\n"
+    "Drones do not forage; worker bees collect nectar and pollen from spring to autumn.",
+    "volcano.md": "Basaltic lava flows are fluid because of their low silica content. "
+    "Stratovolcanoes erupt viscous andesite explosively and build steep cones.",
+    "codes.md": "Error code ZX-4471 means the cooling fan has stalled. Replace the fan "
+    "assembly and reset the controller before restarting the machine.",
+    "mill.md": "The windmill ground grain between two millstones. The miller dressed the stones "
+    "every few weeks, cutting fresh furrows so the flour stayed fine.",
+}
+QUESTIONS = [
+    ("How do bees tell each other where the flowers are?", "bees.md"),
+    ("Why is basaltic lava runny?", "volcano.md"),
+    ("What does error ZX-4471 mean?", "codes.md"),
+    ("How did the miller keep the millstones sharp?", "mill.md"),
+]
+
+
+@pytest.fixture
+def library(workspace):
+    for name, text in DOCS.items():
+        events = list(ingest_bytes(workspace.store, workspace.embedder, workspace.settings,
+                                   name, text.encode()))
+        assert events[-1]["type"] == "done", events[-1]
+    qset = QuestionSet("docs", [Question(q, (Judgment(d),), f"q{n}")
+                                for n, (q, d) in enumerate(QUESTIONS, 1)])
+    workspace.lab.save_set(qset)
+    return workspace
+
+
+def units(*matches):
+    return [(0.5, frozenset(m)) for m in matches]
+
+
+# --- metrics by hand -------------------------------------------------------------------------
+
+
+def test_metrics_of_one_question_by_hand():
+    q = Question("q", (Judgment("a", grade=2), Judgment("b"), Judgment("c")), "q1")
+    # ranks: 1 irrelevant, 2 matches a, 3 matches a again (no new gain), 4 matches b
+    r = ev.score_question(q, units((), {0}, {0}, {1}), k=3)
+    assert r.first_relevant_rank == 2
+    assert r.reciprocal_rank == pytest.approx(0.5)
+    assert r.recall == pytest.approx(1 / 3)  # only a in the top 3
+    assert r.precision == pytest.approx(2 / 3)
+    assert not r.hit1
+    dcg = 2 / math.log2(3) + 1 / math.log2(5)
+    idcg = 2 / math.log2(2) + 1 / math.log2(3) + 1 / math.log2(4)
+    assert r.ndcg == pytest.approx(dcg / idcg)
+    assert r.found == ("a",) and r.missed == ("b", "c")
+
+
+def test_nothing_returned_has_no_precision_and_zero_recall():
+    q = Question("q", (Judgment("a"),), "q1")
+    r = ev.score_question(q, [], k=6)
+    assert (r.first_relevant_rank, r.precision, r.recall, r.ndcg) == (None, None, 0.0, 0.0)
+    m = ev.summarize([r], 6)
+    assert m["answered"] == 0.0 and m["precision@6"] == 0.0
+
+
+def test_document_level_judgments_collapse_passages_to_documents():
+    """BEIR scores documents: a document's second passage must not take a rank."""
+    q = Question("q", (Judgment("b"),), "q1")
+    chunks = {1: {"document_name": "a", "document_id": "a"},
+              2: {"document_name": "a", "document_id": "a"},
+              3: {"document_name": "b", "document_id": "b"}}
+    ranked = [RankedChunk(c, 0.5, 0.0, 0.0, 0.0, c, None, c, False) for c in (1, 2, 3)]
+    assert ev.score_question(q, ev._units(ranked, q, chunks), 6).first_relevant_rank == 2
+
+
+# --- on a real library -----------------------------------------------------------------------
+
+
+def test_evaluate_each_mode_on_a_real_library(library):
+    for mode in ev.MODES:
+        res = library.lab.evaluate("docs", ev.EvalConfig(mode=mode, threshold=0.0, top_k=3))
+        assert res.metrics["questions"] == 4
+        assert res.metrics["hit@1"] == 1.0, (mode, [q.first_relevant_rank for q in res.questions])
+        assert res.metrics["ndcg@10"] == pytest.approx(1.0)
+
+
+def test_beir_figure_equals_the_benchmark_computation(library, tmp_path):
+    """``eval`` through a BEIR import gives the nDCG@10 that benchmarks/scifact_eval.py computes
+    from ``Retriever.search`` (document = its best passage, pytrec_eval's definition)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import scifact_eval
+
+    names = {d["name"]: d["id"] for d in library.store.list_documents()}
+    (tmp_path / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{n}", "text": q}) + "\n"
+                for n, (q, _) in enumerate(QUESTIONS, 1)), encoding="utf-8")
+    grades = [(1, "bees.md", 2), (1, "mill.md", 1), (2, "volcano.md", 1), (3, "codes.md", 1),
+              (3, "volcano.md", 1), (4, "mill.md", 1)]
+    (tmp_path / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{q}\t{names[d]}\t{g}\n" for q, d, g in grades), encoding="utf-8")
+    library.lab.import_set(tmp_path / "queries.jsonl", qrels=tmp_path / "test.tsv", name="beir")
+    ours = library.lab.evaluate("beir", ev.EvalConfig(mode="hybrid", threshold=-1.0, top_k=10))
+
+    qrels: dict[str, dict[str, int]] = {}
+    for q, d, g in grades:
+        qrels.setdefault(f"q{q}", {})[names[d]] = g
+    run = {}
+    for n, (text, _) in enumerate(QUESTIONS, 1):
+        hits = library.retriever.search(text, k=400, threshold=-1.0, mode="hybrid")
+        run[f"q{n}"] = list(dict.fromkeys(h.document_id for h in hits))
+    bench = scifact_eval.evaluate(run, qrels)
+    assert ours.metrics["ndcg@10"] == pytest.approx(bench["ndcg@10"], abs=1e-12)
+    assert 0 < ours.metrics["ndcg@10"] < 1  # the graded judgments are not all at the top
+
+
+def test_judgments_saved_from_the_inspector_survive_reindexing(library):
+    ws = library
+    long = " ".join(f"Sentence {i} talks about gardening and the seasons." for i in range(60))
+    text = long + " The secret ingredient of the compost is crushed eggshell. " + long
+    list(ingest_bytes(ws.store, ws.embedder, ws.settings, "garden.md", text.encode()))
+    query = "What is the secret ingredient of the compost?"
+    hit = next(h for h in ws.retriever.search(query, threshold=-1.0, k=20)
+               if "eggshell" in h.content)
+    ws.lab.add_question("inspector", query, [hit.chunk_id])
+    before = ws.lab.evaluate("inspector", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+    assert before.questions[0].first_relevant_rank == 1
+    doc = next(d for d in ws.store.list_documents() if d["name"] == "garden.md")
+    events = list(reindex_document(ws.store, ws.embedder, ws.settings, doc["id"], target=500,
+                                   overlap=50))
+    assert events[-1]["type"] == "done"
+    assert hit.chunk_id not in ws.store.chunks_by_ids([hit.chunk_id])  # ids are gone
+    after = ws.lab.evaluate("inspector", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+    assert after.questions[0].first_relevant_rank == 1
+    assert after.questions[0].found == before.questions[0].found
+
+
+def test_threshold_sweep_in_one_pass(library):
+    sweep = library.lab.threshold_sweep("docs", mode="dense", top_k=3)
+    pts = {p.threshold: p for p in sweep.points}
+    assert pts[-0.1].answered == 1.0 and pts[-0.1].recall == 1.0
+    assert pts[0.8].returned == 0.0 and pts[0.8].recall == 0.0
+    recalls = [p.recall for p in sweep.points]
+    assert recalls == sorted(recalls, reverse=True)  # a higher threshold never finds more
+    best = max(p.f1 for p in sweep.points)
+    assert pts[sweep.suggested].f1 == best
+    assert sweep.current == library.retriever.threshold
+
+
+def test_weight_sweep_covers_the_grid_and_the_default(library):
+    sweep = library.lab.weight_sweep("docs", ev.EvalConfig(threshold=-1.0, top_k=3))
+    assert [p.alpha for p in sweep.points] == [*ev.WEIGHT_GRID, None]
+    assert sweep.best in [p.alpha for p in sweep.points]
+    for p in sweep.points:
+        assert 0.0 <= p.metrics["ndcg@10"] <= 1.0
+
+
+def test_compare_two_saved_configurations(library):
+    ws = library
+    ws.lab.save_config("strict", ev.EvalConfig(mode="dense", threshold=0.9, top_k=3))
+    ws.lab.save_config("open", ev.EvalConfig(mode="hybrid", threshold=-1.0, top_k=3))
+    assert set(ws.lab.configs()) == {"strict", "open"}
+    cmp = ws.lab.compare("docs", "strict", "open")
+    assert cmp.b.metrics["recall@3"] == 1.0
+    assert cmp.a.metrics["recall@3"] < 1.0  # 0.9 cuts relevant passages
+    assert cmp.better >= 1 and cmp.worse == 0
+    gained = [d for d in cmp.deltas if d.gained]
+    assert gained and all(d.rank_a is None and d.rank_b == 1 for d in gained)
+    assert all(not d.lost for d in cmp.deltas)
+
+
+def test_chunk_sweep_embeds_only_new_text_and_can_be_cancelled(library, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ws = library
+    progress = []
+    grid = [(60, 10), (1400, 200)]
+    first = ws.lab.chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3),
+                               progress=progress.append)
+    small, default = first.points
+    assert small.chunks > default.chunks == len(DOCS)
+    assert small.embedded_now > 0 and default.embedded_now == 0  # the library's own vectors
+    assert any(e["stage"] == "embed" for e in progress)
+    again = ws.lab.chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3))
+    assert [p.embedded_now for p in again.points] == [0, 0]
+    assert [p.result.metrics for p in again.points] == [p.result.metrics for p in first.points]
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(ev.Cancelled):
+        ws.lab.chunk_sweep("docs", [(90, 10)], cancel=cancel)
+    assert not list(tmp_path.glob("marginalia-sweep-*"))  # scratch indexes removed
+
+
+def test_explain_reranks_by_keyword_weight_without_embedding_again(library):
+    ws = library
+    calls = []
+    embed = ws.embedder.embed_query
+
+    def counting(text):
+        calls.append(text)
+        return embed(text)
+
+    ws.embedder.embed_query = counting
+    try:
+        query = "fan stalled error code"
+        rows = ws.lab.explain(query)
+        keyword_only = ws.lab.explain(query, alpha=0.0)
+        dense_only = ws.lab.explain(query, alpha=1.0)
+    finally:
+        del ws.embedder.embed_query
+    assert calls == [query]  # the slider re-ranks cached candidates
+    assert rows[0].document_name == "codes.md" and rows[0].lexical_rank == 1
+    assert [r.fused_rank for r in rows] == list(range(1, len(rows) + 1))
+    assert [r.chunk_id for r in dense_only] == [
+        r.chunk_id for r in sorted(rows, key=lambda r: r.dense_rank)]
+    matched = [r for r in keyword_only if r.bm25 > 0]
+    assert keyword_only[: len(matched)] == matched  # keyword weight 1: matches first
+    assert all(r.content and r.page_start == 1 for r in rows)
+
+
+def test_lexical_mode_has_a_relevance_floor(library):
+    ret = library.retriever
+    # shares the word "angle" with bees.md and nothing else with any document
+    assert ret.search("the angle of my quarterly tax return", mode="lexical") == []
+    assert lexical.bm25_search(ret.store.conn, "the angle of my quarterly tax return")
+    hits = ret.search("waggle dance angle", mode="lexical")
+    assert [h.document_name for h in hits] == ["bees.md"]
+
+
+# --- CLI -------------------------------------------------------------------------------------
+
+
+def run_cli(db, *argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main([*argv, "--db", str(db), "--embedder", "local", "--answerer", "extractive"],
+                    out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_qsets_and_eval(library, tmp_path):
+    db = library.settings.db_path
+    library.close()
+    csv_path = tmp_path / "set.csv"
+    csv_path.write_text("question,document,page\n" + "".join(
+        f"{q},{d},1\n" for q, d in QUESTIONS), encoding="utf-8")
+    code, out, err = run_cli(db, "qsets", "import", str(csv_path), "--name", "csv")
+    assert code == 0, err
+    code, out, _ = run_cli(db, "qsets", "list")
+    assert {json.loads(line)["name"] for line in out.splitlines()} == {"docs", "csv"}
+    code, out, err = run_cli(db, "eval", "csv", "--mode", "hybrid", "--threshold", "0")
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [ln["type"] for ln in lines] == ["question"] * 4 + ["metrics"]
+    assert lines[-1]["metrics"]["hit@1"] == 1.0 and lines[0]["firstRelevantRank"] == 1
+    code, out, _ = run_cli(db, "eval", "csv", "--format", "table", "--sweep", "threshold")
+    assert code == 0 and "suggested" in out and "precision" in out.splitlines()[0]
+    code, out, _ = run_cli(db, "qsets", "export", "csv", "--format", "csv")
+    assert out.splitlines()[1] == f"{QUESTIONS[0][0]},bees.md,1"
+    code, _, err = run_cli(db, "eval", "nope")
+    assert code == 1 and "No question set named 'nope'" in err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("question,document,page\nq?,a.md,x\n", encoding="utf-8")
+    code, _, err = run_cli(db, "qsets", "import", str(bad), "--name", "bad")
+    assert code == 1 and "line 2" in err
+
+
+@pytest.mark.slow
+def test_scifact_slice_eval_matches_the_benchmark(workspace, tmp_path):
+    """A real SciFact slice (10 test queries, their abstracts and 30 others) through the BEIR
+    import gives scifact_eval.py's nDCG@10 for the app's own query path."""
+    import random
+    import sys
+    from pathlib import Path
+
+    from conftest import SHARED_EVAL, requires_eval
+
+    data = SHARED_EVAL / "scifact"
+    if not data.exists() and Path("/work/shared/eval/scifact").exists():
+        data = Path("/work/shared/eval/scifact")
+    requires_eval(data)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import scifact_eval
+
+    scifact_eval.DATA = data
+    qrels = {q: r for q, r in sorted(scifact_eval.load_qrels("test").items())[:10]}
+    judged = {d for r in qrels.values() for d in r}
+    corpus = dict(scifact_eval.load_corpus())
+    others = random.Random(5).sample(sorted(set(corpus) - judged), 30)
+    for doc_id in sorted(judged) + others:
+        list(ingest_bytes(workspace.store, workspace.embedder, workspace.settings,
+                          f"{doc_id}.txt", corpus[doc_id].encode()))
+    # the library's documents are named <corpus id>.txt: judgments name the corpus id, so
+    # rename them to the corpus id as the benchmark's database does
+    workspace.store.conn.execute("UPDATE documents SET name = substr(name, 1, length(name) - 4)")
+    tsv = tmp_path / "test.tsv"
+    tsv.write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{g}\n" for q, r in qrels.items() for d, g in r.items()), encoding="utf-8")
+    workspace.lab.import_set(data / "queries.jsonl", qrels=tsv, name="slice")
+    ours = workspace.lab.evaluate("slice", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+
+    queries = scifact_eval.load_queries()
+    run = {}
+    for q in qrels:
+        hits = workspace.retriever.search(queries[q], k=scifact_eval.PROJECT_K, threshold=-1.0,
+                                          mode="hybrid")
+        run[q] = list(dict.fromkeys(h.document_name for h in hits))
+    assert ours.metrics["ndcg@10"] == pytest.approx(scifact_eval.evaluate(run, qrels)["ndcg@10"],
+                                                    abs=1e-12)
