@@ -19,11 +19,9 @@ class Source(TypedDict, total=False):
     chunk_id: int
     document_id: str
     document_name: str
-    mime: str
     idx: int
     page: int
     page_end: int
-    page_count: int
     score: float
     excerpt: str
     content: str

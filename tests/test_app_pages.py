@@ -132,7 +132,7 @@ def test_empty_library_offers_the_sample_documents(app_env):
     assert not at.exception
     assert [m.name for m in at.chat_message] == ["user", "assistant"]
     answer = at.chat_message[1].markdown[0].value
-    assert "Fermat" in answer and ":blue-badge[1]" in answer
+    assert "Fermat" in answer and re.search(r":blue-badge\[\d\]", answer)
 
 
 def test_question_streams_a_cited_answer_and_a_pill_opens_its_passage(app_env, workspace):

@@ -198,19 +198,30 @@ def external(requests: list[str]) -> list[str]:
             and not u.startswith(("data:", "blob:", "about:"))]
 
 
-def test_first_visit_to_a_page_address_gets_the_whole_app(browser, server):
-    """The server's first run. With the page files in pages/, Streamlit's legacy multipage mode
-    would run pages/documents.py alone (no navigation, no sidebar); the app recovers."""
+@pytest.mark.parametrize("path,heading", [
+    ("/documents", "Documents"),  # first: the server's very first run is this URL
+    ("/inspector", "Retrieval Inspector"),
+    ("/", "Marginalia"),
+    ("/documents?from=bookmark", "Documents"),
+    ("/inspector?q=1", "Retrieval Inspector"),
+])
+def test_each_page_address_opened_first_gets_the_whole_app(browser, server, path, heading):
+    """A fresh browser opening a page's address first. On the server's first run Streamlit's
+    legacy multipage mode runs pages/documents.py alone; the page's shell call renders the app
+    around it: navigation, sidebar and the wide layout, with no Streamlit internals."""
     from playwright.sync_api import expect
 
     context = browser.new_context(viewport=VIEWPORT)
     pg = context.new_page()
-    pg.goto(f"{server}/documents")
+    pg.goto(f"{server}{path}")
     idle(pg)
-    expect(pg.get_by_role("heading", name="Documents")).to_be_visible()
-    expect(pg.get_by_role("link", name="Retrieval Inspector", exact=True)).to_be_visible()
+    expect(pg.get_by_role("heading", name=heading).first).to_be_visible()
+    for link in ("Chat", "Documents", "Retrieval Inspector"):
+        expect(pg.get_by_role("link", name=link, exact=True)).to_be_visible()
     expect(pg.get_by_text("Offline mode")).to_be_visible()
     expect(pg.get_by_role("link", name="common", exact=True)).to_have_count(0)
+    width = pg.locator('[data-testid="stMainBlockContainer"]').bounding_box()["width"]
+    assert width > 900, f"not the wide layout: main column {width}px at {VIEWPORT['width']}px"
     context.close()
 
 
@@ -264,7 +275,7 @@ def test_upload_ask_click_citation_and_inspect(page):
     page.get_by_role("button", name="New conversation").click()
     idle(page)
     ask(page, "What did Fermat write in the margin?")
-    pill = page.get_by_role("radio", name=re.compile(r"^\[1\] a-short-history-of-marginalia\.md"))
+    pill = page.get_by_role("radio", name=re.compile(r"^\[\d\] a-short-history-of-marginalia\.md")).first
     expect(pill).to_be_visible(timeout=60_000)
     idle(page)
     pill.click()
