@@ -166,3 +166,19 @@ def test_real_subprocess_ingest_ask_and_a_refused_file(tmp_path, mill_file):
     assert refused.returncode != 0
     assert json.loads(refused.stdout.splitlines()[-1])["type"] == "error"
     assert "refused" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_the_marginalia_console_script_is_the_cli():
+    """``pip install .`` installs a ``marginalia`` command: the same entry point as
+    ``python -m marginalia_core``."""
+    import importlib
+    import tomllib
+
+    from conftest import ROOT
+
+    from marginalia_core import cli
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    module, _, attr = project["project"]["scripts"]["marginalia"].partition(":")
+    assert getattr(importlib.import_module(module), attr) is cli.main
+    assert project["build-system"]["build-backend"] == "setuptools.build_meta"

@@ -1,0 +1,519 @@
+"""Pure helpers that turn answers, passages and numbers into safe Streamlit markdown.
+
+Nothing here imports Streamlit. The pages render everything a model or a document wrote through
+these functions, so no such text is ever interpreted as HTML, an image, a link, math or a
+Streamlit directive:
+
+* ``escape_markdown`` backslash-escapes every ASCII punctuation character (CommonMark allows
+  it for all of them): document text and user questions render literally.
+* ``render_answer`` keeps the formatting an answer is allowed to use (bold, italic, code,
+  headings, lists, tables) and escapes everything that could fetch or link something
+  (``< [ ] ! $ & : @ \\``, and ``www.``), turns valid citation marks into badges and shows
+  invalid ones as flagged plain text. It can run on a growing prefix while an answer streams:
+  the output for a prefix is always a prefix of the output for the whole answer.
+* ``cited_sentences`` / ``highlight_spans`` / ``passage_markdown`` find the part of a passage
+  an answer sentence cited and mark it in the margin.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from marginalia_core.citations import MARK_RE, find_marks
+
+# ---------------------------------------------------------------------------------------------
+# escaping
+
+_ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+# In an answer these stay live markdown: emphasis, headings, lists, quotes, tables, strike.
+# Everything else that is punctuation and could build a link, image, autolink, HTML, entity,
+# math or directive is escaped.
+_ANSWER_ESCAPE = frozenset("\\[]<!$&:@")
+
+BADGE_COLOR = "blue"
+HIGHLIGHT = "orange-background"
+INVALID_MARK_COLOR = "red"
+
+
+# Streamlit's GFM autolinks "http://…", "www.…" and "a@b.c" even when their punctuation is
+# escaped; an invisible WORD JOINER after the scheme colon, the "www" or the "@" breaks them.
+WORD_JOINER = "\u2060"
+_AUTOLINK_RE = re.compile(r"(?i)(?<=[a-z]):(?=//)|(?<![\w.])www(?=\.)|@(?=\w)")
+
+
+def break_autolinks(text: str) -> str:
+    return _AUTOLINK_RE.sub(lambda m: m.group(0) + WORD_JOINER, text)
+
+
+def escape_markdown(text: str) -> str:
+    """``text`` as markdown that renders exactly as written (no formatting, links or HTML)."""
+    text = break_autolinks(text)
+    return "".join("\\" + ch if ch in _ASCII_PUNCT else ch for ch in text)
+
+
+def escape_inline(text: str, limit: int | None = None) -> str:
+    """One line of literal text for a label (expander, button, pill, caption)."""
+    text = " ".join(str(text).split())
+    if limit is not None and len(text) > limit:
+        text = text[: max(1, limit - 1)].rstrip() + "…"
+    return escape_markdown(text)
+
+
+def escape_multiline(text: str) -> str:
+    """Literal text keeping its paragraphs (blank lines) and line breaks."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
+    out = []
+    for p in paragraphs:
+        lines = [escape_markdown(" ".join(line.split())) for line in p.splitlines() if line.strip()]
+        out.append("  \n".join(lines))
+    return "\n\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# answers
+
+_FENCE_RE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
+_MAYBE_FENCE_RE = re.compile(r"^ {0,3}(?:`{3,}|~{3,}|`{1,2}$|~{1,2}$| {0,3}$)")
+_PENDING_MARK_RE = re.compile(r"\[[\d\s,;–-]{0,20}")
+
+
+def _badges(numbers: Iterable[int]) -> str:
+    return " ".join(f":{BADGE_COLOR}-badge[{n}]" for n in numbers)
+
+
+def _flagged(raw_mark: str) -> str:
+    return f":{INVALID_MARK_COLOR}[{escape_markdown(raw_mark)}]"
+
+
+def _closing_fence(line: str, fence: tuple[str, int]) -> bool:
+    char, length = fence
+    stripped = line.strip()
+    return (
+        len(line) - len(line.lstrip(" ")) <= 3
+        and len(stripped) >= length
+        and set(stripped) == {char}
+    )
+
+
+def _validator(valid: int | Collection[int]) -> Callable[[int], bool]:
+    if isinstance(valid, int):
+        return lambda x: 1 <= x <= valid
+    allowed = frozenset(valid)
+    return lambda x: x in allowed
+
+
+def _render(text: str, valid: int | Collection[int], final: bool) -> str:
+    """Markdown for the part of ``text`` whose rendering can no longer change.
+
+    With ``final`` everything is resolved (an unclosed backtick is a literal backtick, an
+    unfinished mark is text). Scans left to right, so the result for a prefix of ``text`` is a
+    prefix of the result for ``text``. ``valid`` is k (marks 1..k are valid) or the set of
+    valid source numbers.
+    """
+    ok = _validator(valid)
+    out: list[str] = []
+    fence: tuple[str, int] | None = None
+    i, n = 0, len(text)
+    while i < n:
+        nl = text.find("\n", i)
+        complete = nl != -1 or final
+        line_end = n if nl == -1 else nl
+        line = text[i:line_end]
+        newline = "\n" if nl != -1 else ""
+        if fence is not None:
+            # inside a fenced block everything is code, shown verbatim, closed or not
+            out.append(line + newline)
+            if nl != -1 and _closing_fence(line, fence):
+                fence = None
+            i = line_end + len(newline)
+            continue
+        if not complete and _MAYBE_FENCE_RE.match(line):
+            break  # could become a fence opener: wait for the whole line
+        opener = _FENCE_RE.match(line)
+        if opener and not (opener.group(2)[0] == "`" and "`" in opener.group(3)):
+            out.append(line + newline)
+            fence = (opener.group(2)[0], len(opener.group(2)))
+            i = line_end + len(newline)
+            continue
+        stopped = _render_line(text, i, line_end, ok, complete, out)
+        if stopped is not None:
+            break
+        out.append(newline)
+        i = line_end + len(newline)
+    return "".join(out)
+
+
+def _render_line(
+    text: str, start: int, end: int, ok: Callable[[int], bool], complete: bool, out: list[str]
+) -> int | None:
+    """Render prose ``text[start:end]`` into ``out``; return where it stopped if it must wait."""
+    p = start
+    while p < end:
+        ch = text[p]
+        if ch == "`":
+            run = p
+            while run < end and text[run] == "`":
+                run += 1
+            width = run - p
+            closer = re.compile(rf"(?<!`)`{{{width}}}(?!`)").search(text, run, end)
+            if closer:
+                out.append(text[p : closer.end()])  # a code span: verbatim
+                p = closer.end()
+                continue
+            if not complete:
+                return p
+            out.append("\\`" * width)
+            p = run
+            continue
+        if ch == "[":
+            mark = MARK_RE.match(text, p)
+            if mark and mark.end() <= end:
+                found = find_marks(mark.group(0))
+                numbers = found[0].numbers if found else ()
+                if numbers and all(ok(x) for x in numbers):
+                    out.append(_badges(numbers))
+                else:
+                    out.append(_flagged(mark.group(0)))
+                p = mark.end()
+                continue
+            if not complete and _PENDING_MARK_RE.fullmatch(text, p, end):
+                return p
+            out.append("\\[")
+            p += 1
+            continue
+        if ch == "." and text[max(start, p - 3) : p].lower() == "www":
+            out.append(WORD_JOINER + "\\.")  # no "www." autolink
+        elif ch == ":" and p > start and text[p - 1].isalpha():
+            out.append("\\:" + WORD_JOINER)  # no "scheme://" autolink
+        elif ch == "@":
+            out.append("\\@" + WORD_JOINER)  # no e-mail autolink
+        elif ch in _ANSWER_ESCAPE:
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+        p += 1
+    return None
+
+
+def render_answer(text: str, valid: int | Collection[int]) -> str:
+    """An answer as safe markdown: formatting kept, valid marks (1..k, or the given numbers)
+    as badges, others flagged."""
+    return _render(text, valid, final=True)
+
+
+class AnswerStream:
+    """Incremental ``render_answer`` for ``st.write_stream``: feed raw pieces, get markdown
+    increments whose concatenation is ``render_answer`` of everything fed."""
+
+    def __init__(self, valid: int | Collection[int]):
+        self.k = valid
+        self.raw = ""
+        self.sent = ""
+
+    def feed(self, piece: str) -> str:
+        self.raw += piece
+        return self._delta(_render(self.raw, self.k, final=False))
+
+    def finish(self) -> str:
+        return self._delta(_render(self.raw, self.k, final=True))
+
+    def _delta(self, markdown: str) -> str:
+        if not markdown.startswith(self.sent):  # cannot happen by construction; never repeat
+            return ""
+        delta = markdown[len(self.sent) :]
+        self.sent = markdown
+        return delta
+
+
+# ---------------------------------------------------------------------------------------------
+# which part of a passage an answer cited
+
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+|\n+")
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+_QUOTED_RE = re.compile(r"[“\"]([^”\"]{20,})[”\"]")
+_FORMATTING_RE = re.compile(r"(^|\s)(#{1,6}|[-*+]|\d+[.)])\s+|[*_`~]+")
+_STOP_WORDS = (
+    "a an and are as at be but by for from has have in is it its of on or that the this to "
+    "was were which with"
+)
+_STOP = frozenset(_STOP_WORDS.split())
+MIN_MATCH_CHARS = 12
+FUZZY_MIN_SHARE = 0.6
+FUZZY_MIN_WORDS = 3
+
+
+def _clean_sentence(sentence: str) -> str:
+    sentence = MARK_RE.sub("", sentence)
+    sentence = _FORMATTING_RE.sub(lambda m: m.group(1) or "", sentence)
+    sentence = " ".join(sentence.split())
+    sentence = re.sub(r"\s+([.,;:!?…])", r"\1", sentence)
+    return sentence.strip(" \"'“”‘’()")
+
+
+def cited_sentences(answer: str, k: int | None = None) -> dict[int, list[str]]:
+    """For each source number, the answer sentences that cited it (marks removed).
+
+    A mark right after a sentence's final punctuation ("… 1851. [2]") belongs to that sentence.
+    Numbers outside 1..k are ignored when ``k`` is given.
+    """
+    pieces = [p for p in _SENTENCE_END_RE.split(answer) if p and p.strip()]
+    out: dict[int, list[str]] = {}
+    previous: str | None = None
+    for piece in pieces:
+        marks = find_marks(piece)
+        leading = re.match(r"^\s*((?:\[[^\]]*\]\s*)+)", piece)
+        lead_numbers: list[int] = []
+        if leading and previous is not None:
+            for mark in find_marks(leading.group(1)):
+                lead_numbers.extend(mark.numbers)
+            piece_body = piece[leading.end() :]
+            marks = find_marks(piece_body)
+        else:
+            piece_body = piece
+        sentence = _clean_sentence(piece_body)
+        for n in lead_numbers:
+            if previous and (k is None or 1 <= n <= k):
+                out.setdefault(n, [])
+                if previous not in out[n]:
+                    out[n].append(previous)
+        for mark in marks:
+            for n in mark.numbers:
+                if (k is None or 1 <= n <= k) and sentence:
+                    out.setdefault(n, [])
+                    if sentence not in out[n]:
+                        out[n].append(sentence)
+        if sentence:
+            previous = sentence
+    return out
+
+
+def display_text(content: str) -> str:
+    """A passage as shown in the margin: paragraphs kept, line wraps and runs of spaces joined."""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", content)]
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+def _terms(text: str) -> set[str]:
+    return {w for w in _WORD_RE.findall(text.lower()) if len(w) > 1 and w not in _STOP}
+
+
+def _sentence_spans(display: str) -> list[tuple[int, int]]:
+    spans = []
+    start = 0
+    for m in _SENTENCE_END_RE.finditer(display):
+        if m.start() > start:
+            spans.append((start, m.start()))
+        start = m.end()
+    if start < len(display):
+        spans.append((start, len(display)))
+    return [(a, b) for a, b in spans if display[a:b].strip()]
+
+
+def _find_exact(display: str, needle: str) -> tuple[int, int] | None:
+    needle = needle.rstrip("…").rstrip()
+    if len(needle) < MIN_MATCH_CHARS:
+        return None
+    hay = display.lower()
+    idx = hay.find(needle.lower())
+    if idx < 0:
+        # the answer may have dropped a trailing full stop or changed quotes
+        trimmed = needle.rstrip(".!?;:").lower()
+        if len(trimmed) >= MIN_MATCH_CHARS:
+            idx = hay.find(trimmed)
+            if idx >= 0:
+                return idx, idx + len(trimmed)
+        return None
+    return idx, idx + len(needle)
+
+
+def highlight_spans(display: str, sentences: Sequence[str]) -> list[tuple[int, int]]:
+    """Character spans of ``display`` that the cited ``sentences`` came from, merged and sorted.
+
+    Exact (case-insensitive) matches first, also for quoted parts of a sentence; otherwise the
+    passage sentence sharing most of the cited sentence's words (a paraphrase), if it shares
+    enough of them.
+    """
+    spans: list[tuple[int, int]] = []
+    passage_sentences = None
+    for sentence in sentences:
+        found = _find_exact(display, sentence)
+        if found is None:
+            for quoted in _QUOTED_RE.findall(sentence):
+                found = _find_exact(display, quoted.strip())
+                if found:
+                    break
+        if found is None:
+            words = _terms(sentence)
+            if len(words) >= FUZZY_MIN_WORDS:
+                if passage_sentences is None:
+                    passage_sentences = _sentence_spans(display)
+                best, best_share = None, 0.0
+                for a, b in passage_sentences:
+                    shared = len(words & _terms(display[a:b]))
+                    share = shared / len(words)
+                    if shared >= FUZZY_MIN_WORDS and share > best_share:
+                        best, best_share = (a, b), share
+                if best and best_share >= FUZZY_MIN_SHARE:
+                    found = best
+        if found:
+            spans.append(found)
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _mark(segment: str) -> str:
+    core = segment.strip()
+    if not core:
+        return escape_markdown(segment)
+    lead = segment[: len(segment) - len(segment.lstrip())]
+    trail = segment[len(segment.rstrip()) :]
+    return f"{lead}:{HIGHLIGHT}[**{escape_markdown(core)}**]{trail}"
+
+
+def passage_markdown(
+    content: str,
+    spans: Sequence[tuple[int, int]] = (),
+    *,
+    window: tuple[int, int] | None = None,
+) -> str:
+    """The passage as literal markdown, with ``spans`` of ``display_text(content)``
+    highlighted (bold on a highlighter background). ``window`` limits it to that part of
+    the display text, with "…" where text was left out."""
+    display = display_text(content)
+    lo, hi = window or (0, len(display))
+    prefix = "… " if lo > 0 else ""
+    suffix = " …" if hi < len(display) else ""
+    shifted = [(max(a, lo) - lo, min(b, hi) - lo) for a, b in spans if b > lo and a < hi]
+    return prefix + _highlighted(display[lo:hi], shifted) + suffix
+
+
+def cited_window(
+    content: str, spans: Sequence[tuple[int, int]], context: int = 1
+) -> tuple[int, int] | None:
+    """The part of ``display_text(content)`` worth showing first: the highlighted spans plus
+    ``context`` sentences on each side (within their paragraphs). None when that is
+    (nearly) the whole passage or nothing is highlighted."""
+    if not spans:
+        return None
+    display = display_text(content)
+    sentences = _sentence_spans(display)
+    first = min(a for a, _ in spans)
+    last = max(b for _, b in spans)
+    before = [i for i, (a, b) in enumerate(sentences) if b > first]
+    after = [i for i, (a, b) in enumerate(sentences) if a < last]
+    if not before or not after:
+        return None
+    lo = sentences[max(0, before[0] - context)][0]
+    hi = sentences[min(len(sentences) - 1, after[-1] + context)][1]
+    lo = min(lo, first)
+    hi = max(hi, last)
+    if hi - lo >= 0.85 * len(display):
+        return None
+    return lo, hi
+
+
+def _highlighted(display: str, spans: Sequence[tuple[int, int]]) -> str:
+    out: list[str] = []
+    pos = 0
+    for a, b in spans:
+        a, b = max(a, pos), min(b, len(display))
+        if a >= b:
+            continue
+        out.append(escape_markdown(display[pos:a]))
+        # a highlight never crosses a paragraph break
+        parts = display[a:b].split("\n\n")
+        out.append("\n\n".join(_mark(part) for part in parts))
+        pos = b
+    out.append(escape_markdown(display[pos:]))
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# numbers and labels
+
+def format_size(n: int | float | None) -> str:
+    if n is None:
+        return "–"
+    n = float(n)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            if unit == "bytes":
+                return f"{int(n)} bytes"
+            return f"{n:.1f} {unit}" if n < 10 else f"{n:.0f} {unit}"
+        n /= 1024
+    return f"{n:.0f} GB"  # pragma: no cover
+
+
+def percent(score: float | None) -> str:
+    """A cosine score as "% relevance": 0.8234 -> "82 %"."""
+    if score is None or (isinstance(score, float) and math.isnan(score)):
+        return "–"
+    return f"{round(max(0.0, min(1.0, float(score))) * 100)} %"
+
+
+def page_label(page: int | None, page_end: int | None = None) -> str:
+    if not page:
+        return ""
+    if page_end and page_end != page:
+        return f"pp. {page}–{page_end}"
+    return f"p. {page}"
+
+
+def source_label(source: dict[str, Any], *, with_score: bool = True) -> str:
+    """Plain text "[1] report.pdf · p. 3 · 82 %" (escape before using it as markdown)."""
+    parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
+    pages = page_label(source.get("page"), source.get("page_end"))
+    if pages:
+        parts.append(pages)
+    if with_score and source.get("score") is not None:
+        parts.append(percent(source.get("score")))
+    return " · ".join(parts)
+
+
+def format_created(stamp: str | None) -> str:
+    """An ISO timestamp as a short local date and time."""
+    if not stamp:
+        return ""
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def parse_created(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp).astimezone().replace(tzinfo=None)
+    except ValueError:
+        return None
+
+
+def stage_progress(event: dict[str, Any]) -> tuple[float, str]:
+    """(fraction 0..1, plain-text step) for an ingestion ``stage`` event."""
+    stage = event.get("stage")
+    if stage == "extracting":
+        return 0.05, "Reading the file…"
+    if stage == "chunking":
+        if "chunks" in event:
+            return 0.15, f"Split into {event['chunks']} passages"
+        return 0.1, "Splitting into passages…"
+    if stage == "embedding":
+        total = int(event.get("total") or 0)
+        done = int(event.get("done") or 0)
+        share = done / total if total else 1.0
+        return 0.15 + 0.8 * share, f"Embedding passages {done}/{total}"
+    if stage == "storing":
+        return 0.97, "Saving…"
+    return 0.0, str(stage or "")

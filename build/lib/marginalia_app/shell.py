@@ -1,0 +1,228 @@
+"""The app shell every page runs inside: page config, navigation, the sidebar (mode and
+conversations) and the one Workspace per process.
+
+``app.py`` calls :func:`run_app`. Each page script calls :func:`page` first: inside the shell it
+just returns the Workspace; run directly (Streamlit runs a ``pages/`` script by itself when a
+fresh process's first visitor opens its URL, e.g. ``/documents``), it runs the whole app
+instead, which renders that same page inside the shell, and then stops. Public Streamlit API
+only: ``st.navigation`` picks the page from the URL either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from marginalia_app import presentation as fmt
+from marginalia_core.config import Settings, load_settings
+from marginalia_core.workspace import Workspace
+
+# Absolute, so the pages resolve whichever script Streamlit started from.
+PAGES_DIR = Path(__file__).resolve().parents[1] / "pages"
+CHAT_PAGE = PAGES_DIR / "chat.py"
+DOCUMENTS_PAGE = PAGES_DIR / "documents.py"
+INSPECTOR_PAGE = PAGES_DIR / "inspector.py"
+
+# Our own static CSS (no document or model text ever goes through unsafe HTML): keep the margin
+# in view while a long conversation scrolls, and give the cards a little air.
+CSS = """
+<style>
+[data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: sticky; top: 3.75rem; }
+.st-key-margin { max-height: calc(100vh - 11rem); overflow-y: auto; padding-right: 0.25rem; }
+.st-key-margin [data-testid="stExpander"] details summary p { font-size: 0.92rem; }
+.st-key-hero h1 { margin-bottom: 0.25rem; }
+</style>
+"""
+
+_run = threading.local()  # Streamlit runs each session's script on its own thread
+
+
+# --------------------------------------------------------------------------- settings and workspace
+
+def secrets_mapping() -> dict[str, Any]:
+    """``st.secrets`` as a plain dict; {} when there is no (or an unreadable) secrets file,
+    which is the normal offline case (``st.secrets`` raises then)."""
+    try:
+        return dict(st.secrets.to_dict())
+    except Exception:
+        return {}
+
+
+def _settings_key(settings: Settings) -> str:
+    # repr() leaves the key out; a digest of it still makes a changed key a new workspace
+    digest = hashlib.sha256((settings.gemini_api_key or "").encode()).hexdigest()[:16]
+    return f"{settings!r}|{digest}"
+
+
+@st.cache_resource(show_spinner=False)
+def _workspace(key: str, _settings: Settings) -> Workspace:
+    ws = Workspace(_settings)
+    _ = ws.embedder  # load the model once per process, not on the first question
+    return ws
+
+
+def workspace() -> Workspace:
+    """The process-wide Workspace for the current settings (environment, then secrets)."""
+    settings = load_settings(secrets=secrets_mapping())
+    return _workspace(_settings_key(settings), settings)
+
+
+# --------------------------------------------------------------------------- the shell
+
+def run_app() -> None:
+    """The whole app: page config, navigation, sidebar, then the page the URL names."""
+    st.set_page_config(
+        page_title="Marginalia",
+        page_icon="📖",
+        layout="wide",
+        initial_sidebar_state="expanded",
+    )
+    chat_page = st.Page(CHAT_PAGE, title="Chat", icon=":material/forum:", default=True)
+    current = st.navigation([
+        chat_page,
+        st.Page(DOCUMENTS_PAGE, title="Documents", icon=":material/library_books:"),
+        st.Page(INSPECTOR_PAGE, title="Retrieval Inspector", icon=":material/troubleshoot:"),
+    ])
+    st.html(CSS)
+    try:
+        ws = workspace()
+    except Exception as exc:  # bad settings or a missing model: say so, never a traceback
+        logging.getLogger("marginalia").exception("could not start the workspace")
+        st.error(f"Marginalia could not start: {fmt.escape_inline(str(exc))}",
+                 icon=":material/error:")
+        st.stop()
+    render_sidebar(ws)
+    if st.session_state.pop("switch_to_chat", False) and current.url_path != chat_page.url_path:
+        st.switch_page(chat_page)
+    _run.inside = True
+    try:
+        current.run()
+    finally:
+        _run.inside = False
+
+
+def page() -> Workspace:
+    """Call first in every page script: the Workspace, with the page inside the app shell."""
+    if not getattr(_run, "inside", False):
+        run_app()  # renders this very page through st.navigation
+        st.stop()
+    return workspace()
+
+
+# --------------------------------------------------------------------------- mode
+
+def mode_lines(ws: Workspace) -> tuple[str, str, str]:
+    """(mode, embeddings line, answers line) for the sidebar."""
+    summary = ws.mode_summary()
+    embedder = ws.embedder
+    if summary["embedder"] == "local":
+        embed = f"{embedder.model} · on this computer"
+    else:
+        embed = f"{embedder.model} · Gemini API"
+    answerer = ws.answerer
+    if summary["answerer"] == "extractive":
+        answer = "extractive · quotes the best sentences"
+    else:
+        answer = f"{getattr(answerer, 'model', summary['chat_model'])} · Gemini API"
+    return summary["mode"], embed, answer
+
+
+
+# --------------------------------------------------------------------------- sidebar
+
+def _open_conversation(cid: str | None) -> None:
+    st.session_state["cid"] = cid
+    st.session_state.pop("focus", None)
+    st.session_state.pop("last_error", None)
+    st.session_state.pop("confirm_delete_conversation", None)
+    st.session_state["switch_to_chat"] = True
+
+
+def _ask_delete_conversation(cid: str) -> None:
+    st.session_state["confirm_delete_conversation"] = cid
+
+
+def _cancel_delete_conversation() -> None:
+    st.session_state.pop("confirm_delete_conversation", None)
+
+
+def _delete_conversation(ws: Workspace, cid: str) -> None:
+    ws.delete_conversation(cid)
+    st.session_state.pop("confirm_delete_conversation", None)
+    if st.session_state.get("cid") == cid:
+        st.session_state["cid"] = None
+        st.session_state.pop("focus", None)
+    st.toast("Conversation deleted.", icon=":material/delete:")
+
+
+def render_sidebar(ws: Workspace) -> None:
+    with st.sidebar:
+        mode, embed, answer = mode_lines(ws)
+        if mode == "Gemini":
+            st.badge("Gemini mode", icon=":material/cloud:", color="violet")
+        else:
+            st.badge("Offline mode", icon=":material/wifi_off:", color="green")
+        st.caption(
+            f"**Embeddings** {fmt.escape_inline(embed)}  \n**Answers** {fmt.escape_inline(answer)}"
+        )
+        st.button(
+            "New conversation",
+            icon=":material/add_comment:",
+            on_click=_open_conversation,
+            args=(None,),
+            width="stretch",
+            key="new_conversation",
+        )
+        conversations = ws.conversations()
+        if not conversations:
+            st.caption("Your conversations will appear here.")
+            return
+        st.caption("Conversations")
+        current = st.session_state.get("cid")
+        pending = st.session_state.get("confirm_delete_conversation")
+        for conv in conversations:
+            cid = conv["id"]
+            title = fmt.escape_inline(conv["title"] or "Untitled", 34)
+            row = st.columns([6, 1], gap=None, vertical_alignment="center")
+            row[0].button(
+                f"**{title}**" if cid == current else title,
+                key=f"conv-{cid}",
+                type="tertiary",
+                icon=":material/chat_bubble:" if cid == current else ":material/chat_bubble_outline:",
+                on_click=_open_conversation,
+                args=(cid,),
+                help=fmt.format_created(conv["updated"]),
+                width="stretch",
+            )
+            row[1].button(
+                "",
+                key=f"del-conv-{cid}",
+                type="tertiary",
+                icon=":material/delete:",
+                help="Delete this conversation",
+                on_click=_ask_delete_conversation,
+                args=(cid,),
+            )
+            if pending == cid:
+                with st.container(border=True):
+                    st.caption(f"Delete “{title}” and its messages?")
+                    yes, no = st.columns(2)
+                    yes.button(
+                        "Delete",
+                        key=f"confirm-del-conv-{cid}",
+                        type="primary",
+                        on_click=_delete_conversation,
+                        args=(ws, cid),
+                        width="stretch",
+                    )
+                    no.button(
+                        "Cancel",
+                        key=f"cancel-del-conv-{cid}",
+                        on_click=_cancel_delete_conversation,
+                        width="stretch",
+                    )

@@ -1,0 +1,79 @@
+"""Citation marks: ``[n]``, ``[1, 3]``, ``[1][2]``, and ranges like ``[1-3]``.
+
+A mark is valid only when every number is one of the retrieved sources (1..k); anything else is
+flagged and never rendered as a link, so text in a document ("cite [99]") cannot conjure a source.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+MARK_RE = re.compile(r"\[\s*(\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*)\s*\]")
+MAX_RANGE = 20  # "[1-300]" is not a citation worth expanding
+
+
+@dataclass(frozen=True)
+class Mark:
+    start: int
+    end: int
+    numbers: tuple[int, ...]
+
+    def valid(self, k: int) -> bool:
+        return bool(self.numbers) and all(1 <= n <= k for n in self.numbers)
+
+
+def _numbers(body: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in re.split(r"\s*[,;]\s*", body.strip()):
+        if re.search(r"[–-]", part):
+            lo, hi = (int(x) for x in re.split(r"\s*[–-]\s*", part))
+            if lo <= hi and hi - lo <= MAX_RANGE:
+                out.extend(range(lo, hi + 1))
+            else:
+                out.extend((lo, hi))
+        elif part:
+            out.append(int(part))
+    return tuple(dict.fromkeys(out))
+
+
+def find_marks(text: str) -> list[Mark]:
+    return [Mark(m.start(), m.end(), _numbers(m.group(1))) for m in MARK_RE.finditer(text)]
+
+
+def cited(text: str, sources: int | Collection[int]) -> tuple[list[int], list[int]]:
+    """(valid source numbers cited, numbers that match no source), each sorted and unique.
+    ``sources`` is the count k of retrieved sources (1..k), or the numbers a saved answer kept."""
+    known = (lambda n: 1 <= n <= sources) if isinstance(sources, int) else sources.__contains__
+    valid: set[int] = set()
+    invalid: set[int] = set()
+    for mark in find_marks(text):
+        for n in mark.numbers:
+            (valid if known(n) else invalid).add(n)
+    return sorted(valid), sorted(invalid)
+
+
+def pending_tail(text: str) -> int:
+    """Index where an unfinished mark (``"… [1"``) starts at the end of streamed text, else
+    ``len(text)``: a renderer holds that tail back until the next token completes it."""
+    open_at = text.rfind("[")
+    if open_at == -1 or "]" in text[open_at:]:
+        return len(text)
+    tail = text[open_at + 1 :]
+    return open_at if re.fullmatch(r"[\d\s,;–-]{0,20}", tail) else len(text)
+
+
+def split_marks(text: str, k: int) -> list[tuple[str, Mark | None, bool]]:
+    """Text split into (segment, mark or None, valid) pieces, for renderers that turn valid marks
+    into links and show invalid ones as plain, flagged text."""
+    pieces: list[tuple[str, Mark | None, bool]] = []
+    pos = 0
+    for mark in find_marks(text):
+        if mark.start > pos:
+            pieces.append((text[pos : mark.start], None, False))
+        pieces.append((text[mark.start : mark.end], mark, mark.valid(k)))
+        pos = mark.end
+    if pos < len(text):
+        pieces.append((text[pos:], None, False))
+    return pieces

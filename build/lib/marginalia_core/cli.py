@@ -1,0 +1,384 @@
+"""``python -m marginalia_core``: ingest, search, ask, list and delete, printing the same events as
+the app consumes, one JSON object per line (NDJSON), for scripting, debugging and benchmarks.
+
+Expected failures print a message on stderr (never a traceback) and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
+
+from marginalia_core import __version__, events
+from marginalia_core.config import RETRIEVAL_MODES, load_settings
+from marginalia_core.errors import MarginaliaError
+from marginalia_core.workspace import Workspace
+
+EXIT_OK = 0
+EXIT_REFUSED = 1  # some input was refused (bad file, answer error)
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("settings (override environment variables)")
+    g.add_argument("--db", help="SQLite file (MARGINALIA_DB, default data/marginalia.db)")
+    g.add_argument("--embedder", help="local | gemini (MARGINALIA_EMBEDDER)")
+    g.add_argument("--answerer", help="extractive | gemini (MARGINALIA_ANSWERER)")
+    g.add_argument("--k", type=int, help="passages to retrieve (MARGINALIA_TOP_K)")
+    g.add_argument("--threshold", type=float, help="minimum cosine score (embedder default)")
+    g.add_argument("--mode", choices=RETRIEVAL_MODES, help="retrieval mode (default hybrid)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m marginalia_core",
+        description="Marginalia: chat with your documents, with cited passages.",
+    )
+    parser.add_argument("--version", action="version", version=f"marginalia {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("ingest", help="index files (PDF, TXT, MD); prints stage/done/error events")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--password", help="password for encrypted PDFs")
+    p.add_argument("--target", type=int, help="chunk size in characters (default 1400)")
+    p.add_argument("--overlap", type=int, help="chunk overlap in characters (default 200)")
+    _common(p)
+
+    p = sub.add_parser("search", help="ranked passages for QUERY ('-' reads one query per line)")
+    p.add_argument("query", metavar="QUERY")
+    _common(p)
+
+    p = sub.add_parser("ask", help="a cited answer, streamed as meta/token/done events")
+    p.add_argument("question", metavar="QUESTION")
+    p.add_argument("--conversation", metavar="ID", help="continue this conversation")
+    _common(p)
+
+    p = sub.add_parser("eval", help="retrieval metrics for a question set (see qsets)")
+    p.add_argument("set", metavar="SET", help="question set name")
+    p.add_argument("--alpha", type=float, help="hybrid: weight of the dense score (0-1)")
+    p.add_argument("--config", help="use a saved configuration")
+    p.add_argument("--save-config", metavar="NAME", help="save this configuration under NAME")
+    p.add_argument("--compare", metavar="CONFIG", help="A/B against a saved configuration")
+    p.add_argument("--sweep", choices=["threshold", "weight", "chunks"], help="run a sweep")
+    p.add_argument("--target", type=int, help="passage size in characters (scratch index)")
+    p.add_argument("--overlap", type=int, help="passage overlap in characters (scratch index)")
+    p.add_argument("--format", choices=["ndjson", "table"], default="ndjson")
+    _common(p)
+
+    p = sub.add_parser("qsets", help="question sets: list, import, export, delete")
+    qsub = p.add_subparsers(dest="qsets_command", required=True, metavar="ACTION")
+    q = qsub.add_parser("list", help="list question sets")
+    _common(q)
+    q = qsub.add_parser("import", help="import a CSV, a JSON-lines export or BEIR files")
+    q.add_argument("file", metavar="FILE", help="question,document,page CSV; .jsonl; BEIR queries.jsonl")
+    q.add_argument("--name", required=True, help="name of the new set")
+    q.add_argument("--qrels", help="BEIR qrels .tsv (FILE is then queries.jsonl)")
+    q.add_argument("--replace", action="store_true", help="replace a set of that name")
+    _common(q)
+    q = qsub.add_parser("export", help="print a set as JSON lines or CSV")
+    q.add_argument("name", metavar="NAME")
+    q.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    _common(q)
+    q = qsub.add_parser("delete", help="delete a question set")
+    q.add_argument("name", metavar="NAME")
+    _common(q)
+
+    p = sub.add_parser("documents", help="list indexed documents")
+    _common(p)
+    p = sub.add_parser("delete", help="delete a document and its chunks")
+    p.add_argument("id", metavar="ID")
+    _common(p)
+    p = sub.add_parser("reindex", help="re-chunk/re-embed documents with the active embedder")
+    p.add_argument("ids", nargs="*", metavar="ID", help="documents (default: those not searchable)")
+    p.add_argument("--all", action="store_true", help="every document")
+    p.add_argument("--target", type=int)
+    p.add_argument("--overlap", type=int)
+    _common(p)
+
+    p = sub.add_parser("conversations", help="list conversations, most recently updated first")
+    _common(p)
+    p = sub.add_parser("conversation", help="show a conversation's messages with their sources")
+    p.add_argument("id", metavar="ID")
+    _common(p)
+    p = sub.add_parser("delete-conversation", help="delete a conversation and its messages")
+    p.add_argument("id", metavar="ID")
+    _common(p)
+    return parser
+
+
+def _emit(event: dict[str, Any], out: TextIO) -> None:
+    out.write(events.to_json(event) + "\n")
+    out.flush()
+
+
+def _workspace(args: argparse.Namespace) -> Workspace:
+    settings = load_settings().with_overrides(
+        db_path=args.db,
+        embedder=args.embedder,
+        answerer=args.answerer,
+        top_k=args.k,
+        threshold=args.threshold,
+        retrieval_mode=args.mode,
+        chunk_target=getattr(args, "target", None),
+        chunk_overlap=getattr(args, "overlap", None),
+    )
+    return Workspace(settings)
+
+
+def _stream(events_: Iterable[events.Event], out: TextIO, err: TextIO, label: str) -> int:
+    """Print a stream of events; EXIT_REFUSED if any was an error (said on stderr too)."""
+    status = EXIT_OK
+    for event in events_:
+        _emit(event, out)
+        if event["type"] == "error":
+            status = EXIT_REFUSED
+            err.write(f"{label}: {event['message']}\n")
+    return status
+
+
+def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    status = EXIT_OK
+    for path in args.files:
+        status = max(status, _stream(ws.ingest_path(path, password=args.password), out, err,
+                                     "refused"))
+    return status
+
+
+def _search_line(ws: Workspace, query: str) -> dict[str, Any]:
+    return {
+        "type": "hits",
+        "query": query,
+        "mode": ws.settings.retrieval_mode,
+        "threshold": ws.retriever.threshold,
+        "hits": ws.sources(ws.search(query)),
+    }
+
+
+def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    problem = ws.mismatch()
+    if problem:
+        err.write(f"warning: {problem.message}\n")
+    queries: Iterable[str] = (
+        (line.rstrip("\n") for line in sys.stdin) if args.query == "-" else [args.query]
+    )
+    for query in queries:
+        if query.strip():
+            _emit(_search_line(ws, query), out)
+    return EXIT_OK
+
+
+def cmd_ask(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _stream(ws.ask(args.question, conversation_id=args.conversation), out, err, "error")
+
+
+def cmd_documents(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    for doc in ws.documents():
+        _emit({"type": "document", **doc}, out)
+    return EXIT_OK
+
+
+def cmd_delete(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if not ws.delete_document(args.id):
+        raise MarginaliaError(f"No document with id {args.id!r}.")
+    _emit(events.done(deleted=args.id), out)
+    return EXIT_OK
+
+
+def cmd_reindex(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    which: Any = list(args.ids) if args.ids else (
+        "all" if args.all or args.target or args.overlap is not None else "stale"
+    )
+    return _stream(ws.reindex_many(which, target=args.target, overlap=args.overlap), out, err,
+                   "error")
+
+
+def cmd_conversations(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    for conv in ws.conversations():
+        _emit({"type": "conversation", **conv}, out)
+    return EXIT_OK
+
+
+def cmd_conversation(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    conv = ws.conversation(args.id)
+    _emit({"type": "conversation", **conv}, out)
+    for msg in ws.messages(args.id):
+        _emit({"type": "message", **msg}, out)
+    return EXIT_OK
+
+
+def cmd_delete_conversation(
+    ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    if not ws.delete_conversation(args.id):
+        raise MarginaliaError(f"No conversation with id {args.id!r}.")
+    _emit(events.done(deleted=args.id), out)
+    return EXIT_OK
+
+
+def _eval_config(ws: Workspace, args: argparse.Namespace):
+    from dataclasses import replace
+
+    cfg = ws.lab.config(args.config) if args.config else ws.lab.default_config()
+    overrides = {
+        "mode": args.mode, "threshold": args.threshold, "top_k": args.k, "alpha": args.alpha,
+        "chunk_target": args.target, "chunk_overlap": args.overlap,
+    }
+    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _table(rows: list[list[Any]], head: list[str]) -> str:
+    cells = [head] + [["" if c is None else (f"{c:.4f}" if isinstance(c, float) else str(c))
+                       for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from dataclasses import asdict
+
+    cfg = _eval_config(ws, args)
+    if args.save_config:
+        ws.lab.save_config(args.save_config, cfg)
+    table = args.format == "table"
+    if args.sweep == "threshold":
+        sw = ws.lab.threshold_sweep(args.set, mode=cfg.mode, top_k=cfg.top_k, alpha=cfg.alpha)
+        if table:
+            out.write(_table([[p.threshold, p.precision, p.recall, p.f1, p.returned, p.answered]
+                              for p in sw.points],
+                             ["threshold", "precision", "recall", "F1", "returned", "answered"]))
+            out.write(f"current {sw.current}  suggested {sw.suggested}\n")
+        else:
+            _emit({"type": "threshold_sweep", **asdict(sw)}, out)
+        return EXIT_OK
+    if args.sweep == "weight":
+        sw = ws.lab.weight_sweep(args.set, cfg)
+        if table:
+            keys = list(sw.points[0].metrics)
+            out.write(_table([["default" if p.alpha is None else p.alpha,
+                               *[p.metrics[k] for k in keys]] for p in sw.points],
+                             ["alpha", *keys]))
+        else:
+            _emit({"type": "weight_sweep", **asdict(sw)}, out)
+        return EXIT_OK
+    if args.sweep == "chunks":
+        sw = ws.lab.chunk_sweep(args.set, config=cfg,
+                                progress=None if table else (lambda e: _emit(e, out)))
+        if table:
+            keys = list(sw.points[0].result.metrics)
+            out.write(_table([[p.target, p.overlap, p.chunks, p.embedded_now,
+                               *[p.result.metrics[k] for k in keys]] for p in sw.points],
+                             ["target", "overlap", "passages", "embedded", *keys]))
+        else:
+            for p in sw.points:
+                _emit({"type": "chunk_point", "target": p.target, "overlap": p.overlap,
+                       "chunks": p.chunks, "embedded_now": p.embedded_now,
+                       "metrics": p.result.metrics}, out)
+        return EXIT_OK
+    if args.compare:
+        cmp = ws.lab.compare(args.set, cfg, args.compare)
+        if table:
+            keys = list(cmp.a.metrics)
+            out.write(_table([[k, cmp.a.metrics[k], cmp.b.metrics[k]] for k in keys],
+                             ["metric", "A (this)", f"B ({args.compare})"]))
+            out.write(_table([[d.question_id, d.rank_a, d.rank_b, d.shift, "; ".join(d.gained),
+                               "; ".join(d.lost)] for d in cmp.deltas],
+                             ["question", "rank A", "rank B", "shift", "gained", "lost"]))
+        else:
+            _emit({"type": "comparison", "a": cmp.a.metrics, "b": cmp.b.metrics,
+                   "better": cmp.better, "worse": cmp.worse,
+                   "deltas": [asdict(d) for d in cmp.deltas]}, out)
+        return EXIT_OK
+    result = ws.lab.evaluate(args.set, cfg)
+    if table:
+        out.write(_table([[q.question_id, q.first_relevant_rank, q.recall, q.reciprocal_rank,
+                           q.ndcg, q.question[:60]] for q in result.questions],
+                         ["question", "first relevant", "recall", "RR", "nDCG@10", "text"]))
+        out.write(_table([[k, v] for k, v in result.metrics.items()], ["metric", "value"]))
+    else:
+        for q in result.questions:
+            _emit({"type": "question", **asdict(q)}, out)
+        _emit({"type": "metrics", "set": result.set_name, "config": result.config.to_dict(),
+               "threshold": result.threshold, "metrics": result.metrics}, out)
+    return EXIT_OK
+
+
+def cmd_qsets(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from dataclasses import asdict
+
+    action = args.qsets_command
+    if action == "list":
+        for s in ws.lab.list_sets():
+            _emit({"type": "question_set", **asdict(s)}, out)
+    elif action == "import":
+        s = ws.lab.import_set(args.file, name=args.name, qrels=args.qrels, replace=args.replace)
+        _emit({"type": "done", "imported": asdict(s)}, out)
+    elif action == "export":
+        out.write(ws.lab.export_set(args.name, args.format))
+    elif action == "delete":
+        if not ws.lab.delete_set(args.name):
+            raise MarginaliaError(f"No question set named {args.name!r}.")
+        _emit(events.done(deleted=args.name), out)
+    return EXIT_OK
+
+
+COMMANDS = {
+    "eval": cmd_eval,
+    "qsets": cmd_qsets,
+    "ingest": cmd_ingest,
+    "search": cmd_search,
+    "ask": cmd_ask,
+    "documents": cmd_documents,
+    "delete": cmd_delete,
+    "reindex": cmd_reindex,
+    "conversations": cmd_conversations,
+    "conversation": cmd_conversation,
+    "delete-conversation": cmd_delete_conversation,
+}
+
+
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    handler = logging.StreamHandler(err)  # per call, so in-process callers get their own stream
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        return _run(argv, out, err)
+    finally:
+        root.removeHandler(handler)
+
+
+def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
+    args = build_parser().parse_args(argv)
+    ws = None
+    try:
+        ws = _workspace(args)
+        return COMMANDS[args.command](ws, args, out, err)
+    except MarginaliaError as exc:
+        err.write(f"error: {exc.message}\n")
+        return EXIT_REFUSED
+    except ValueError as exc:
+        err.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        err.write("interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the user gets a line, the log the details
+        logging.getLogger(__name__).debug("unexpected", exc_info=True)
+        err.write(f"error: unexpected {type(exc).__name__}: {exc}\n")
+        return EXIT_INTERNAL
+    finally:
+        if ws is not None:
+            ws.close()

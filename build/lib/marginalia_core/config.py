@@ -1,0 +1,105 @@
+"""Settings: environment variables first, then an optional secrets mapping (``st.secrets`` in the
+app), then defaults. The core never reads Streamlit itself; the app passes its secrets in."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DB = "data/marginalia.db"
+DEFAULT_CHAT_MODEL = "gemini-2.5-flash"
+DEFAULT_TOP_K = 6
+DEFAULT_MAX_UPLOAD_MB = 50
+RETRIEVAL_MODES = ("hybrid", "dense", "lexical")
+DEFAULT_RETRIEVAL_MODE = "hybrid"
+
+# env var -> (field, converter)
+_ENV = {
+    "MARGINALIA_DB": ("db_path", str),
+    "GEMINI_API_KEY": ("gemini_api_key", str),
+    "GOOGLE_API_KEY": ("gemini_api_key", str),
+    "GOOGLE_GEMINI_BASE_URL": ("gemini_base_url", str),
+    "MARGINALIA_GEMINI_BASE_URL": ("gemini_base_url", str),
+    "MARGINALIA_EMBEDDER": ("embedder", str),
+    "MARGINALIA_ANSWERER": ("answerer", str),
+    "MARGINALIA_CHAT_MODEL": ("chat_model", str),
+    "MARGINALIA_RETRIEVAL": ("retrieval_mode", str),
+    "MARGINALIA_TOP_K": ("top_k", int),
+    "MARGINALIA_THRESHOLD": ("threshold", float),
+    "MARGINALIA_CHUNK_TARGET": ("chunk_target", int),
+    "MARGINALIA_CHUNK_OVERLAP": ("chunk_overlap", int),
+    "MARGINALIA_MAX_UPLOAD_MB": ("max_upload_mb", float),
+    "MARGINALIA_GEMINI_TIMEOUT": ("gemini_timeout_s", float),
+    "MARGINALIA_GEMINI_CONCURRENCY": ("gemini_concurrency", int),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    db_path: str = DEFAULT_DB
+    gemini_api_key: str | None = field(default=None, repr=False)
+    gemini_base_url: str | None = None
+    embedder: str | None = None  # None: "gemini" when keyed, else "local"
+    answerer: str | None = None  # None: "gemini" when keyed, else "extractive"
+    chat_model: str = DEFAULT_CHAT_MODEL
+    retrieval_mode: str = DEFAULT_RETRIEVAL_MODE
+    top_k: int = DEFAULT_TOP_K
+    threshold: float | None = None  # None: the embedder's own default
+    chunk_target: int = 1400
+    chunk_overlap: int = 200
+    max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
+    gemini_timeout_s: float = 30.0
+    gemini_concurrency: int = 4
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self.gemini_api_key)
+
+    @property
+    def embedder_name(self) -> str:
+        return self.embedder or ("gemini" if self.keyed else "local")
+
+    @property
+    def answerer_name(self) -> str:
+        return self.answerer or ("gemini" if self.keyed else "extractive")
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1024 * 1024)
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def ensure_db_dir(self) -> Path:
+        path = Path(self.db_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None
+) -> Settings:
+    """Build settings from ``env`` (default ``os.environ``) and an optional secrets mapping.
+
+    Environment wins over secrets so a one-off ``GEMINI_API_KEY=… streamlit run`` behaves as expected.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for source in (secrets or {}, env):
+        for key, (name, conv) in _ENV.items():
+            raw = source.get(key) if hasattr(source, "get") else None
+            if raw is None or raw == "":
+                continue
+            try:
+                values[name] = conv(raw)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"Setting {key} has an invalid value") from exc
+    settings = Settings(**values)
+    if settings.retrieval_mode not in RETRIEVAL_MODES:
+        raise ValueError(
+            f"MARGINALIA_RETRIEVAL must be one of {', '.join(RETRIEVAL_MODES)}"
+        )
+    return settings

@@ -1,0 +1,96 @@
+"""User-facing errors. Every message is written for the person who uploaded the file or asked the
+question: it says what went wrong and, where possible, what to do. Never include secrets."""
+
+from __future__ import annotations
+
+
+class MarginaliaError(Exception):
+    """Base of every expected failure; ``str(err)`` is safe to show to a user."""
+
+    reason = "error"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class ExtractionError(MarginaliaError):
+    """A file was refused before indexing. ``reason`` is a stable machine-readable code."""
+
+    reason = "unreadable"
+
+
+class UnsupportedTypeError(ExtractionError):
+    reason = "unsupported"
+
+
+class BinaryFileError(ExtractionError):
+    reason = "binary"
+
+
+class EncodingError(ExtractionError):
+    reason = "encoding"
+
+
+class EncryptedError(ExtractionError):
+    reason = "encrypted"
+
+
+class WrongPasswordError(EncryptedError):
+    reason = "wrong_password"
+
+
+class NoTextLayerError(ExtractionError):
+    reason = "no_text"
+
+
+class CorruptFileError(ExtractionError):
+    reason = "corrupt"
+
+
+class MislabelledFileError(CorruptFileError):
+    """The content contradicts the file's name (a ``.pdf`` that is a PNG, a ``.txt`` that is a PDF)."""
+
+    reason = "mislabelled"
+
+
+class EmptyFileError(ExtractionError):
+    reason = "empty"
+
+
+class TooLargeError(ExtractionError):
+    reason = "too_large"
+
+
+class DuplicateDocumentError(MarginaliaError):
+    reason = "duplicate"
+
+    def __init__(self, message: str, existing_id: str):
+        super().__init__(message)
+        self.existing_id = existing_id
+
+
+class EmbeddingError(MarginaliaError):
+    """The embedding service or model failed (after retries)."""
+
+    reason = "embedding"
+
+
+class AuthenticationError(EmbeddingError):
+    reason = "auth"
+
+
+class AnswerError(MarginaliaError):
+    """The answer model failed; the partial answer is never saved."""
+
+    reason = "answer"
+
+
+class EmbedderMismatchError(MarginaliaError):
+    """Stored vectors come from a different embedder than the active one."""
+
+    reason = "embedder_mismatch"
+
+
+class NotFoundError(MarginaliaError):
+    reason = "not_found"

@@ -1,0 +1,134 @@
+"""The event stream (SPEC.md "Event stream", docs/EVENTS.md): typed events with snake_case keys
+inside Python, turned into the camelCase NDJSON wire contract in one place, :func:`to_wire`.
+
+The chat page, the CLI and the tests consume the same events; only the CLI (and anything else
+that writes JSON for other programs) calls :func:`to_json`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal, NotRequired, TypedDict
+
+
+class Source(TypedDict, total=False):
+    """A retrieved passage as the answer numbers it: ``n`` is its citation mark."""
+
+    n: int
+    chunk_id: int
+    document_id: str
+    document_name: str
+    idx: int
+    page: int
+    page_end: int
+    score: float
+    excerpt: str
+    content: str
+
+
+class MetaEvent(TypedDict):
+    type: Literal["meta"]
+    conversation_id: str
+    title: str
+    sources: list[Source]
+    query: NotRequired[str]  # what was actually searched (a follow-up is rewritten)
+
+
+class TokenEvent(TypedDict):
+    type: Literal["token"]
+    text: str
+
+
+class DoneEvent(TypedDict, total=False):
+    """End of a stream. Chat: ``message_id``, ``conversation_id``, ``citations``,
+    ``invalid_citations``. Ingestion: ``file``, ``document``, ``duplicate``. CLI: ``deleted``."""
+
+    type: Literal["done"]
+    message_id: str
+    conversation_id: str
+    citations: list[int]
+    invalid_citations: list[int]
+    file: str
+    document: dict[str, Any]
+    duplicate: bool
+    reindexed: bool
+    message: str
+    deleted: str
+
+
+class ErrorEvent(TypedDict, total=False):
+    type: Literal["error"]
+    message: str
+    reason: str
+    conversation_id: str
+    file: str
+    document_id: str
+
+
+class StageEvent(TypedDict, total=False):
+    """Ingestion progress: ``extracting``, ``ocr``, ``chunking``, ``embedding`` (done/total),
+    ``storing``."""
+
+    type: Literal["stage"]
+    stage: str
+    file: str
+    done: int
+    total: int
+    characters: int
+    chunks: int
+    pages: int
+
+
+ChatEvent = MetaEvent | TokenEvent | DoneEvent | ErrorEvent
+IngestEvent = StageEvent | DoneEvent | ErrorEvent
+Event = ChatEvent | StageEvent
+
+
+def meta(
+    conversation_id: str, title: str, sources: list[Source], *, query: str | None = None
+) -> MetaEvent:
+    event: MetaEvent = {
+        "type": "meta", "conversation_id": conversation_id, "title": title, "sources": sources
+    }
+    if query is not None:
+        event["query"] = query
+    return event
+
+
+def token(text: str) -> TokenEvent:
+    return {"type": "token", "text": text}
+
+
+def done(**fields: Any) -> DoneEvent:
+    return {"type": "done", **fields}  # type: ignore[typeddict-item]
+
+
+def error(message: str, reason: str = "error", **fields: Any) -> ErrorEvent:
+    return {"type": "error", "message": message, "reason": reason, **fields}  # type: ignore[typeddict-item]
+
+
+def stage(name: str, file: str, **fields: Any) -> StageEvent:
+    return {"type": "stage", "stage": name, "file": file, **fields}  # type: ignore[typeddict-item]
+
+
+_SNAKE = re.compile(r"_([a-z0-9])")
+
+
+def camel(key: str) -> str:
+    """``conversation_id`` -> ``conversationId``; keys without an underscore are unchanged."""
+    return _SNAKE.sub(lambda m: m.group(1).upper(), key)
+
+
+def to_wire(value: Any) -> Any:
+    """The wire form of an event (or any value inside one): every dict key in camelCase."""
+    if isinstance(value, dict):
+        return {camel(k): to_wire(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_wire(v) for v in value]
+    return value
+
+
+def to_json(event: Any) -> str:
+    """One NDJSON line of the wire contract."""
+    return json.dumps(to_wire(event), ensure_ascii=False, separators=(",", ":"))

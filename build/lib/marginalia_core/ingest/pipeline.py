@@ -1,0 +1,324 @@
+"""Ingestion as a stream of events: extract -> chunk -> embed -> store, one file at a time.
+
+Nothing is written until every chunk is embedded; the document and its chunks then go in one
+transaction, so a failure (or a kill) at any point leaves the database as it was. Expected
+failures become an ``error`` event with a plain reason; one bad file never stops a batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from marginalia_core import events
+from marginalia_core.config import Settings
+from marginalia_core.errors import MarginaliaError, TooLargeError
+from marginalia_core.ingest.chunking import chunk_text
+from marginalia_core.ingest.extraction import extract
+from marginalia_core.providers.embeddings.base import Embedder
+from marginalia_core.store.sqlite import Store
+
+log = logging.getLogger(__name__)
+
+
+class _Abandoned(Exception):
+    """Raised inside the embedding worker once nobody is waiting for its result."""
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _embed_with_progress(
+    embedder: Embedder, texts: list[str], file: str
+) -> Iterator[dict[str, Any] | np.ndarray]:
+    """Run the embedder in a worker thread, yielding progress events, then the matrix.
+
+    If the consumer stops early (a closed generator: the user left the page, the CLI was
+    interrupted), the worker is told to stop at its next progress report instead of spending
+    CPU or API quota on vectors nobody will store.
+    """
+    updates: queue.Queue = queue.Queue()
+    result: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        if stop.is_set():
+            raise _Abandoned
+        updates.put((done, total))
+
+    def work() -> None:
+        try:
+            result["vectors"] = embedder.embed_documents(texts, progress=progress)
+        except BaseException as exc:  # surfaced in the consuming thread
+            result["error"] = exc
+        finally:
+            updates.put(None)
+
+    worker = threading.Thread(target=work, name="marginalia-embed", daemon=True)
+    worker.start()
+    try:
+        yield events.stage("embedding", file, done=0, total=len(texts))
+        while True:
+            item = updates.get()
+            if item is None:
+                break
+            done, total = item
+            yield events.stage("embedding", file, done=done, total=total)
+    finally:
+        stop.set()
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    yield result["vectors"]
+
+
+def _index_text(
+    store: Store,
+    embedder: Embedder,
+    *,
+    name: str,
+    text: str,
+    page_starts: list[int],
+    target: int,
+    overlap: int,
+    **document: Any,
+) -> Generator[dict[str, Any], None, dict[str, Any]]:
+    """chunk -> embed -> store, yielding stage events; returns the stored document row.
+
+    ``document`` carries the remaining ``Store.add_document`` fields (mime, size, hash, ...).
+    """
+    yield events.stage("chunking", name, characters=len(text))
+    chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
+    yield events.stage("chunking", name, chunks=len(chunks))
+    vectors = None
+    for item in _embed_with_progress(embedder, [c.text for c in chunks], name):
+        if isinstance(item, np.ndarray):
+            vectors = item
+        else:
+            yield item
+    yield events.stage("storing", name, chunks=len(chunks))
+    return store.add_document(
+        name=name,
+        embed_model=embedder.model,
+        embed_dim=embedder.dimension,
+        chunks=chunks,
+        embeddings=vectors,
+        chunk_target=target,
+        chunk_overlap=overlap,
+        text=text,
+        page_starts=page_starts,
+        **document,
+    )
+
+
+def ingest_bytes(
+    store: Store,
+    embedder: Embedder,
+    settings: Settings,
+    name: str,
+    data: bytes,
+    *,
+    mime: str | None = None,
+    password: str | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Index one file's bytes; yields ``stage`` events then ``done`` or ``error``."""
+    name = safe_name(name)
+    try:
+        yield events.stage("extracting", name)
+        if len(data) > settings.max_upload_bytes:
+            raise TooLargeError(too_large_message(name, settings))
+        digest = content_hash(data)
+        existing = store.find_by_hash(digest)
+        replace_id = None
+        if existing:
+            if (existing["embed_model"], existing["embed_dim"]) == (
+                embedder.model,
+                embedder.dimension,
+            ):
+                yield events.done(document=existing, duplicate=True, file=name,
+                                  message=f"{name} is already indexed as {existing['name']}.")
+                return
+            replace_id = existing["id"]  # indexed by another embedder: re-index in place
+        extracted = extract(
+            name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes
+        )
+        doc = yield from _index_text(
+            store,
+            embedder,
+            name=name,
+            text=extracted.text,
+            page_starts=extracted.page_starts,
+            target=settings.chunk_target,
+            overlap=settings.chunk_overlap,
+            mime=extracted.mime,
+            size=len(data),
+            content_hash=digest,
+            page_count=extracted.page_count,
+            replace_id=replace_id,
+        )
+        yield events.done(document=doc, duplicate=False, file=name)
+    except MarginaliaError as exc:
+        yield events.error(exc.message, exc.reason, file=name)
+    except Exception as exc:  # never a traceback for the user; the log keeps it
+        log.exception("unexpected failure indexing %s", name)
+        yield events.error(
+            f"Could not index {name}: unexpected {type(exc).__name__}. Nothing was saved.",
+            "internal",
+            file=name,
+        )
+
+
+def ingest_path(
+    store: Store,
+    embedder: Embedder,
+    settings: Settings,
+    path: str | Path,
+    *,
+    password: str | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Index a file on disk, refusing an oversize one before reading it."""
+    path = Path(path)
+    name = safe_name(path.name)
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise MarginaliaError(f"{name} is not a regular file.")
+    except OSError as exc:
+        yield events.error(f"Cannot read {name}: {exc.strerror or exc}.", "unreadable", file=name)
+        return
+    except MarginaliaError as exc:
+        yield events.error(exc.message, "unreadable", file=name)
+        return
+    if size > settings.max_upload_bytes:
+        yield events.error(too_large_message(name, settings), TooLargeError.reason, file=name)
+        return
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        yield events.error(f"Cannot read {name}: {exc.strerror or exc}.", "unreadable", file=name)
+        return
+    yield from ingest_bytes(store, embedder, settings, name, data, password=password)
+
+
+def reindex_document(
+    store: Store,
+    embedder: Embedder,
+    settings: Settings,
+    document_id: str,
+    *,
+    target: int | None = None,
+    overlap: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Re-chunk and re-embed a stored document (new chunk sizes or a new embedder), replacing it
+    in one transaction."""
+    try:
+        doc = store.get_document(document_id)
+        name = doc["name"]
+        text, page_starts = store.document_source(document_id)
+        target = target or settings.chunk_target
+        overlap = settings.chunk_overlap if overlap is None else overlap
+        new = yield from _index_text(
+            store,
+            embedder,
+            name=name,
+            text=text,
+            page_starts=page_starts,
+            target=target,
+            overlap=overlap,
+            mime=doc["mime"],
+            size=doc["size"],
+            content_hash=doc["content_hash"],
+            page_count=doc["page_count"],
+            replace_id=document_id,
+            document_id=document_id,
+        )
+        yield events.done(document=new, duplicate=False, file=name, reindexed=True)
+    except MarginaliaError as exc:
+        yield events.error(exc.message, exc.reason, document_id=document_id)
+    except Exception as exc:
+        log.exception("unexpected failure re-indexing %s", document_id)
+        yield events.error(
+            f"Re-indexing failed: unexpected {type(exc).__name__}. The document is unchanged.",
+            "internal",
+            document_id=document_id,
+        )
+
+
+def too_large_message(name: str, settings: Settings) -> str:
+    return (
+        f"{name} is larger than the {settings.max_upload_mb:g} MB limit "
+        "(MARGINALIA_MAX_UPLOAD_MB)."
+    )
+
+
+MAX_NAME_CHARS = 200
+
+
+def safe_name(name: str) -> str:
+    """A display name: no directories, no control characters, bounded length; a shortened name
+    keeps its extension, which decides how the file is read."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    cleaned = "".join(ch if ch.isprintable() else "_" for ch in base).strip() or "unnamed"
+    if len(cleaned) <= MAX_NAME_CHARS:
+        return cleaned
+    stem, dot, ext = cleaned.rpartition(".")
+    if dot and stem and len(ext) <= 10:
+        return stem[: MAX_NAME_CHARS - len(ext) - 2] + "…." + ext
+    return cleaned[: MAX_NAME_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True)
+class IngestOutcome:
+    """How one file's ingestion ended, for a person: ``indexed``, ``duplicate`` or ``refused``
+    (with the refusal's ``reason`` code and plain ``message``)."""
+
+    name: str
+    state: str
+    reason: str | None = None
+    message: str = ""
+    chunks: int = 0
+    pages: int = 1
+    document_id: str | None = None
+    existing: str | None = None  # the name a duplicate is already indexed under
+
+    @classmethod
+    def from_event(cls, end: events.IngestEvent | None, name: str) -> IngestOutcome:
+        if end is None or end["type"] == "stage":  # cannot happen: a stream always ends
+            return cls(name, "refused", "internal", "No result.")
+        if end["type"] == "error":
+            return cls(end.get("file", name), "refused", end.get("reason"), end.get("message", ""))
+        doc: dict[str, Any] = end.get("document") or {}
+        if end.get("duplicate"):
+            return cls(
+                end.get("file", name), "duplicate", message=end.get("message", ""),
+                document_id=doc.get("id"), existing=doc.get("name") or None,
+            )
+        return cls(
+            doc.get("name", name), "indexed", chunks=doc.get("chunk_count", 0),
+            pages=doc.get("page_count", 1), document_id=doc.get("id"),
+        )
+
+
+def follow(
+    stream: Iterable[events.IngestEvent],
+    on_stage: Callable[[events.StageEvent], None] | None = None,
+) -> events.IngestEvent | None:
+    """Drain an ingestion stream, passing each ``stage`` event to ``on_stage``; the final
+    ``done``/``error`` event."""
+    end: events.IngestEvent | None = None
+    for event in stream:
+        if event["type"] == "stage":
+            if on_stage is not None:
+                on_stage(event)
+        else:
+            end = event
+    return end

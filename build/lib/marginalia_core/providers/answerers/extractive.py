@@ -1,0 +1,490 @@
+"""The offline answerer: no model service. It picks the sentences of the retrieved passages that
+best answer the question and streams them, each followed by its ``[n]``.
+
+1. **Clean the passages into candidate sentences.** Lines that are page furniture are dropped
+   (running headers such as "52 THE SIEGE OF VICKSBURG.", page numbers, ALL-CAPS headings,
+   Markdown headings, rules); soft-wrapped lines are joined (OCR hyphenation "conceiva-\\nble"
+   undone), also across a page break that cuts a sentence; list items stay separate. The text is
+   split into sentences and the ones that carry no statement are dropped: too short, Title-Case
+   captions, and the fragment a chunk starts with when its window begins mid-sentence. Bracketed
+   numbers copied from a document ("[12]", "cite [99]") are removed, so a passage can never
+   put a citation mark of its own into the answer.
+2. **Score cheaply, then embed a bounded few.** Every candidate gets an IDF-weighted overlap with
+   the question's words (light stemming), an informativeness factor (a sentence that only
+   restates the question, a fragment or a run-on scores lower; for "when / how many / who"
+   questions, one without a date / number / new name too) and a small prior for its passage's
+   retrieval rank. Only the best ``MAX_EMBEDDED`` are embedded with the local embedder and
+   rescored with their cosine to the question, which catches paraphrases: that bounds the
+   answer's latency whatever the passages hold (12 sentences ≈ 35 ms on 2 idle cores, ~0.3 s
+   when they are busy; a whole ask, retrieval and saving included, p50 ≈ 65 ms on SQuAD).
+3. **Compose.** The best sentence leads; up to two more follow, in document order, when they
+   score close to it and add something (near-duplicates from overlapping chunks, and sentences
+   already said earlier in the conversation, are skipped). A leading sentence that opens with a
+   pronoun ("He …") brings the sentence before it for context. When nothing scores
+   ``MIN_RELEVANCE`` it says so, and quotes the closest sentence with its mark.
+
+Deterministic: the same inputs give the same answer (ties break on source rank and position).
+The constants were tuned on SQuAD v1.1 dev articles (benchmarks/squad_answers.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from marginalia_core.citations import MARK_RE
+from marginalia_core.providers.answerers.prompting import retrieval_query
+
+MAX_SENTENCES = 3  # sentences in an answer
+MAX_ANSWER_CHARS = 900  # soft bound on the whole answer (the first sentence always goes in)
+SUPPORT_RATIO = 0.7  # a further sentence must score at least this share of the best one
+MAX_CANDIDATES = 120  # sentences scored lexically per question
+MAX_EMBEDDED = 12  # of those, the best few embedded: this bounds the answer's latency
+LEXICAL_WEIGHT = 0.5
+DENSE_WEIGHT = 0.5
+RANK_PRIOR = 0.015  # per rank step, favours the passages retrieval ranked higher
+REDUNDANCY = 0.8  # a further sentence this similar (cosine) to a chosen one adds nothing
+MIN_RELEVANCE = 0.3  # below this the sources do not answer it (calibrated with MiniLM, SQuAD)
+TYPE_FIT = 1.0  # a sentence with the kind of answer the question asks for (a date for "when")
+TYPE_MISS = 0.75  # ... and one without it
+MIN_WORDS = 6
+MIN_SENTENCE_CHARS = 30
+LONG_WORDS = 60  # longer "sentences" are usually run-ons (tables, OCR columns): penalized
+MAX_SENTENCE_CHARS = 500
+WORDS_PER_TOKEN = 3
+
+
+def _wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+STOPWORDS = _wordset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers herself him himself his how i if in into is it its itself just
+    me more most my myself no nor not now of off on once only or other our ours ourselves out over
+    own same she should so some such than that the their theirs them themselves then there these
+    they this those through to too under until up very was we were what when where which while who
+    whom why will with would you your yours yourself yourselves tell say says said does according
+    document documents source sources text also else"""
+)
+PRONOUN_STARTS = _wordset(
+    "he she it they his her its their this these those that such there however but"
+)
+WORD_RE = re.compile(r"\w+", re.UNICODE)
+# a sentence ends at . ! ? (optionally closed by quotes/brackets) before whitespace and a capital,
+# digit or opening quote; abbreviations such as "e.g." or "Mr." are protected below
+SENTENCE_END_RE = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9À-ÖØ-Þ])")
+ABBREVIATIONS = _wordset(
+    "mr mrs ms dr prof st mt jr sr vs etc e.g i.e no fig gen col capt lt sgt rev gov sen rep "
+    "inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k a.m p.m ca c"
+)
+BULLET_RE = re.compile(r"^\s*(?:[-*•·▪‣]|\d{1,3}[.)]|[a-z][.)])\s+")
+PAGE_NUMBER_RE = re.compile(
+    r"^[\W_]*(?:page\s+)?(?:\d{1,4}|[ivxlcdm]{1,7})(?:\s*(?:of|/)\s*\d{1,4})?[\W_]*$", re.I
+)
+TERMINAL_RE = re.compile(r"[.!?…][\"'”’)\]]*$")
+MONTHS = (  # not "may": the verb is far more common
+    "january|february|march|april|june|july|august|september|october|november|december|"
+    "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
+ANSWER_TYPES = (  # (question pattern, what a sentence answering it contains)
+    (
+        re.compile(r"^\s*(when\b|(in |by |since |until )?what (year|date|decade|century|month|day|time)\b"
+                   r"|what year|which (year|century|decade))", re.I),
+        re.compile(rf"\b(1\d{{3}}|20\d{{2}}|\d{{1,2}}(st|nd|rd|th)|{MONTHS}|centur(y|ies)|decades?|"
+                   r"years? (ago|later|earlier)|BC|AD|BCE|CE)\b", re.I),
+    ),
+    (
+        re.compile(r"^\s*(how (many|much|long|old|far|large|big|high|tall|deep|heavy|fast|often)|"
+                   r"(what|which) (is the )?(number|percentage|percent|amount|size|population|"
+                   r"length|distance|cost|price|temperature))\b", re.I),
+        re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+                   r"twenty|thirty|forty|fifty|hundred|thousand|million|billion|dozen|half|"
+                   r"several|few)\b", re.I),
+    ),
+)
+NAME_QUESTION_RE = re.compile(r"^\s*(who|whom|whose|where|(what|which) (person|man|woman|"
+                              r"city|country|place|town|region|company|team))\b", re.I)
+NOTHING_FOUND = (
+    "The passages I found don't seem to answer this directly. The closest is [{n}]: “{text}”"
+)
+
+
+# --------------------------------------------------------------------------- text helpers
+def stem(word: str) -> str:
+    """A light suffix strip: enough to match 'graduate'/'graduated', 'finances'/'financed',
+    'studies'/'study'; cheap and deterministic."""
+    for suffix, repl in (("ingly", ""), ("edly", ""), ("ings", ""), ("ing", ""), ("ies", "y"),
+                         ("ied", "y"), ("ed", ""), ("es", ""), ("ly", ""), ("s", "")):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix) and not word.endswith("ss"):
+            word = word[: -len(suffix)] + repl
+            break
+    return word[:-1] if len(word) > 4 and word.endswith("e") else word
+
+
+def terms(text: str) -> list[str]:
+    return [stem(w) for w in WORD_RE.findall(text.lower()) if w not in STOPWORDS]
+
+
+def _letters(text: str) -> str:
+    return "".join(ch for ch in text if ch.isalpha())
+
+
+def is_furniture(line: str) -> bool:
+    """A line that is layout, not prose: page numbers, running headers, ALL-CAPS headings,
+    Markdown headings and rules."""
+    s = line.strip()
+    if not s:
+        return True
+    if s.startswith("#") or PAGE_NUMBER_RE.match(s):
+        return True
+    letters = _letters(s)
+    if len(letters) < 2:  # "—4", "* * *", "-----"
+        return True
+    upper = sum(ch.isupper() for ch in letters)
+    return upper / len(letters) >= 0.8 and len(s.split()) <= 14 and len(letters) >= 4
+
+
+def is_heading(line: str) -> bool:
+    """A short Title-Case line without end punctuation: "History of the Mill", "**Results**"."""
+    words = line.split()
+    if len(words) > 10 or TERMINAL_RE.search(line.rstrip("*_ ")) or line[-1] in ",;:-–—":
+        return False
+    long_words = [w for w in words if len(_letters(w)) >= 4]
+    if not long_words:
+        return False
+    capitalized = sum(_letters(w)[:1].isupper() for w in long_words)
+    return capitalized / len(long_words) >= 0.67
+
+
+def _join(left: str, right: str) -> str:
+    """Join a soft-wrapped line to the text before it, undoing end-of-line hyphenation."""
+    if not left:
+        return right
+    if left.endswith("-") and right[:1].islower() and left[-2:-1].isalpha():
+        return left[:-1] + right
+    return f"{left} {right}"
+
+
+def units(text: str) -> list[str]:
+    """The passage as prose units (paragraphs, list items) with page furniture removed.
+
+    A blank line ends a unit, unless the unit is unfinished (no end punctuation) and the next
+    prose line continues it in lowercase: a sentence cut by a page break or a header. A short
+    Title-Case line where a new paragraph could start is a heading, and dropped."""
+    out: list[str] = []
+    current = ""
+    broken = False  # a blank or furniture line since the last prose line
+    for raw in text.splitlines():
+        line = " ".join(raw.split())
+        at_break = broken or not current or bool(TERMINAL_RE.search(current))
+        if not line or is_furniture(line) or (at_break and is_heading(line)):
+            broken = True
+            continue
+        bullet = BULLET_RE.match(line)
+        continues = current and not TERMINAL_RE.search(current) and line[:1].islower()
+        if bullet or (broken and not continues):
+            if current:
+                out.append(current)
+            current = line[bullet.end() :] if bullet else line
+        else:
+            current = _join(current, line)
+        broken = False
+    if current:
+        out.append(current)
+    return out
+
+
+# Wikipedia-style page references after a word or punctuation ("City:57–60 where", "1873.:33");
+# not after a digit, so "10:30" and "John 3:16" stay
+PAGE_REF_RE = re.compile(r"(?<=[^\W\d_]|[.,;!?\"”)]):\d{1,4}(?:[,–-]\d{1,4})*(?=\s|$)")
+
+
+def _split_unit(unit: str) -> list[str]:
+    unit = PAGE_REF_RE.sub("", unit)  # Wikipedia page references: "… in 1873.:33 He …"
+    pieces: list[str] = []
+    start = 0
+    for m in SENTENCE_END_RE.finditer(unit):
+        before = unit[start : m.start()]
+        last = before.rsplit(None, 1)[-1].lower().rstrip(".") if before.strip() else ""
+        if last in ABBREVIATIONS or (len(last) == 1 and last.isalpha()):
+            continue  # "Dr. Smith", "J. R. R. Tolkien"
+        pieces.append(unit[start : m.start()].strip())
+        start = m.end()
+    pieces.append(unit[start:].strip())
+    return [p for p in pieces if p]
+
+
+def clean_sentence(sentence: str) -> str:
+    """Remove bracketed citation-like numbers copied from the document, tidy spacing, bound
+    the length (cut at a clause or word boundary)."""
+    s = MARK_RE.sub("", sentence)
+    s = re.sub(r"\[\s*(?:citation needed|clarification needed|\d+)\s*\]", "", s, flags=re.I)
+    s = re.sub(r"\s+([,.;:!?])", r"\1", " ".join(s.split()))
+    if len(s) > MAX_SENTENCE_CHARS:
+        head = s[:MAX_SENTENCE_CHARS]
+        cut = max(head.rfind("; "), head.rfind(", "))
+        if cut < MAX_SENTENCE_CHARS // 2:
+            cut = head.rfind(" ")
+        s = head[:cut].rstrip(",;: ") + "…"
+    return s
+
+
+def split_sentences(text: str) -> list[str]:
+    """Clean sentences of a passage (page furniture dropped), in order; short pieces dropped."""
+    out = []
+    for unit in units(text):
+        for piece in _split_unit(unit):
+            s = clean_sentence(piece)
+            if len(s) >= MIN_SENTENCE_CHARS:
+                out.append(s)
+    return out
+
+
+def looks_like_statement(sentence: str) -> bool:
+    """Enough words, not a Title-Case caption or heading."""
+    words = sentence.split()
+    if len(words) < MIN_WORDS or len(sentence) < MIN_SENTENCE_CHARS:
+        return False
+    if len(words) <= 12:
+        capitalized = sum(w[:1].isupper() for w in words if _letters(w))
+        if capitalized / len(words) >= 0.6 and not TERMINAL_RE.search(sentence):
+            return False  # "Solid Shot Strapped on a Sabot", "Results and Discussion"
+        if capitalized / len(words) >= 0.75:
+            return False
+    return True
+
+
+def _normalized(text: str) -> str:
+    return " ".join(WORD_RE.findall(text.lower()))
+
+
+# --------------------------------------------------------------------------- candidates
+@dataclass(eq=False)  # identity, not field-by-field (it holds a vector)
+class Candidate:
+    text: str
+    n: int
+    rank: int
+    position: int
+    terms: frozenset[str] = field(default_factory=frozenset)
+    quality: float = 1.0
+    lexical: float = 0.0
+    dense: float = 0.0
+    score: float = 0.0
+    previous: Candidate | None = None  # the sentence before it in its passage
+    vector: np.ndarray | None = None  # its embedding, when it was embedded
+
+
+def expected_answer(question: str) -> Any:
+    """For questions that announce what kind of answer they want (when, how many, who, where),
+    a test of whether a sentence has something of that kind; else None."""
+    for asks, has in ANSWER_TYPES:
+        if asks.search(question):
+            return lambda c, q_terms: bool(has.search(c.text))
+    if NAME_QUESTION_RE.search(question):
+
+        def has_new_name(c: Candidate, q_terms: set[str]) -> bool:
+            words = WORD_RE.findall(c.text)[1:]  # not the sentence's first word
+            return any(w[:1].isupper() and stem(w.lower()) not in q_terms for w in words)
+
+        return has_new_name
+    return None
+
+
+def _quality(c: Candidate, query_terms: set[str], expect: Any = None) -> float:
+    """Informativeness in (0, 1]: full sentences that add something beyond the question (and,
+    when the question says what it wants, a date, number or name of that kind)."""
+    words = len(c.text.split())
+    q = 1.0
+    if expect is not None:
+        q *= TYPE_FIT if expect(c, query_terms) else TYPE_MISS
+    if not TERMINAL_RE.search(c.text):
+        q *= 0.8  # cut by the end of a chunk, a list item or a caption
+    if words < 9 or words > LONG_WORDS:
+        q *= 0.85  # a bare clause, or a run-on
+    novel = len(c.terms - query_terms)
+    if novel < 2:
+        q *= 0.5  # restates the question: "THE SIEGE OF VICKSBURG", "Vicksburg was besieged."
+    elif novel < 4:
+        q *= 0.85
+    return q
+
+
+class ExtractiveAnswerer:
+    name = "extractive"
+    model = "extractive"
+
+    def __init__(self, settings: Any = None, embedder: Any = None):
+        self.embedder = embedder
+
+    # -- step 1
+    def candidates(self, sources: Sequence[dict[str, Any]]) -> list[Candidate]:
+        seen: set[str] = set()
+        out: list[Candidate] = []
+        for rank, source in enumerate(sources):
+            n = int(source["n"])
+            content = source.get("content") or source.get("excerpt") or ""
+            previous: Candidate | None = None
+            # a chunk after a document's first starts OVERLAP characters back, at a word
+            # boundary: mid-sentence nearly always (93% of SQuAD chunks), even when the word is
+            # capitalized ("Museum of Archaeology and …"); the full sentence is in chunk idx-1
+            mid_sentence = int(source.get("idx") or 0) > 0
+            for position, sentence in enumerate(split_sentences(content)):
+                if position == 0 and (mid_sentence or not sentence[:1].isalnum()
+                                      or sentence[:1].islower()):
+                    continue  # the window starts mid-sentence: "of news from those …"
+                if not looks_like_statement(sentence):
+                    previous = None
+                    continue
+                key = _normalized(sentence)
+                if key in seen:  # overlapping chunks repeat sentences; keep the better-ranked
+                    previous = None
+                    continue
+                seen.add(key)
+                cand = Candidate(
+                    sentence, n, rank, position, frozenset(terms(sentence)), previous=previous
+                )
+                out.append(cand)
+                previous = cand
+        return out[:MAX_CANDIDATES]
+
+    # -- step 2
+    def score(self, query: str, cands: list[Candidate], question: str | None = None) -> None:
+        if not cands:
+            return
+        q_terms = set(terms(query))
+        expect = expected_answer(query if question is None else question)
+        n = len(cands)
+        df = {t: sum(t in c.terms for c in cands) for t in q_terms}
+        idf = {t: math.log(1 + n / (1 + df[t])) for t in q_terms}
+        total = sum(idf.values()) or 1.0
+        for c in cands:
+            c.quality = _quality(c, q_terms, expect)
+            c.lexical = sum(idf[t] for t in q_terms & c.terms) / total
+        for c in cands:
+            c.score = c.quality * c.lexical - RANK_PRIOR * c.rank
+        if self.embedder is None:
+            return
+        # only the most promising few are embedded; the rest keep their (lower) lexical score
+        pool = sorted(cands, key=lambda c: (-c.score, c.rank, c.position))
+        pool = pool[:MAX_EMBEDDED]
+        qv = np.asarray(self.embedder.embed_query(query), dtype=np.float32)
+        sv = np.asarray(self.embedder.embed_documents([c.text for c in pool]), dtype=np.float32)
+        dense = np.clip(sv @ qv, 0.0, 1.0)
+        for c, d, vec in zip(pool, dense, sv, strict=True):
+            c.dense = float(d)
+            c.vector = vec
+            c.score = (
+                c.quality * (LEXICAL_WEIGHT * c.lexical + DENSE_WEIGHT * c.dense)
+                - RANK_PRIOR * c.rank
+            )
+        embedded = {id(c) for c in pool}
+        for c in cands:
+            if id(c) not in embedded:  # never outranks an embedded one it lost to lexically
+                c.score = c.quality * LEXICAL_WEIGHT * c.lexical - RANK_PRIOR * c.rank
+
+    # -- step 3
+    def choose(self, ranked: list[Candidate], said: set[str]) -> list[Candidate]:
+        fresh = [c for c in ranked if _normalized(c.text) not in said] or ranked
+        best = fresh[0]
+        chosen = [best]
+        length = len(best.text)
+        for c in fresh[1:]:
+            if len(chosen) >= MAX_SENTENCES or c.score < SUPPORT_RATIO * best.score:
+                break
+            if length + len(c.text) > MAX_ANSWER_CHARS:
+                continue
+            if any(_redundant(c, other) for other in chosen):
+                continue
+            chosen.append(c)
+            length += len(c.text)
+        return chosen
+
+    def compose(
+        self,
+        question: str,
+        sources: Sequence[dict[str, Any]],
+        history: Sequence[dict[str, Any]] = (),
+    ) -> str:
+        cands = self.candidates(sources)
+        if not cands:
+            if not sources:
+                return "I have no passages to answer from."
+            first = " ".join(
+                (sources[0].get("content") or sources[0].get("excerpt") or "").split()
+            )
+            return NOTHING_FOUND.format(n=sources[0]["n"], text=_clip(clean_sentence(first), 240))
+        self.score(retrieval_query(question, history), cands, question)
+        ranked = sorted(cands, key=lambda c: (-c.score, c.rank, c.position))
+        said = _already_said(history)
+        best = ranked[0]
+        if best.score < MIN_RELEVANCE:
+            return NOTHING_FOUND.format(n=best.n, text=_clip(best.text, 240))
+        chosen = self.choose(ranked, said)
+        lead, rest = chosen[:1], chosen[1:]
+        best = lead[0]
+        if (
+            best.previous is not None
+            and best.text.split()[0].lower().strip(",") in PRONOUN_STARTS
+            and _normalized(best.previous.text) not in said
+        ):
+            # "He finished in three years" needs the sentence before it
+            lead.insert(0, best.previous)
+            rest = [c for c in rest if c is not best.previous][: MAX_SENTENCES - 2]
+        # the best sentence leads; the others follow, by source, in document order
+        order: dict[int, int] = {}
+        for i, c in enumerate(rest):
+            order.setdefault(c.n, i)
+        rest.sort(key=lambda c: (order[c.n], c.position))
+        chosen = lead + rest
+        return " ".join(_with_citation(c.text, c.n) for c in chosen)
+
+    def stream(
+        self,
+        question: str,
+        sources: Sequence[dict[str, Any]],
+        history: Sequence[dict[str, Any]],
+        *,
+        system_instruction: str = "",
+    ) -> Iterator[str]:
+        words = self.compose(question, sources, history).split(" ")
+        for i in range(0, len(words), WORDS_PER_TOKEN):
+            piece = " ".join(words[i : i + WORDS_PER_TOKEN])
+            yield piece if i == 0 else " " + piece
+
+
+def _redundant(a: Candidate, b: Candidate) -> bool:
+    if a.vector is not None and b.vector is not None and float(a.vector @ b.vector) >= REDUNDANCY:
+        return True
+    small, large = sorted((a.terms, b.terms), key=len)
+    return bool(small) and len(small & large) / len(small) >= 0.8
+
+
+def _already_said(history: Sequence[dict[str, Any]]) -> set[str]:
+    """Normalized sentences of the earlier answers, so a follow-up says something new."""
+    said: set[str] = set()
+    for turn in history:
+        if turn.get("role") in ("assistant", "model"):
+            for s in split_sentences(turn.get("content") or ""):
+                said.add(_normalized(s))
+    return said
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + "…"
+
+
+def _with_citation(sentence: str, n: int) -> str:
+    """Put the mark before the final punctuation: 'It was founded in 1851 [2].'"""
+    m = re.search(r"([.!?…]+[\"'”’)\]]*)$", sentence)
+    if m:
+        return f"{sentence[: m.start()]} [{n}]{m.group(1)}"
+    return f"{sentence} [{n}]"

@@ -1,0 +1,380 @@
+"""Measure retrieval on a question set: recall@k, precision@k, MRR@k, nDCG@10, hit@1 and, per
+question, the rank of the first relevant passage; sweep the threshold and the fusion weight in
+one pass; compare two configurations question by question.
+
+Each question is searched once (``Retriever.candidates``: one embedding, one BM25 query) and
+every configuration, threshold or weight re-ranks the same candidates, so a sweep costs no more
+embedding than one evaluation.
+
+Ranking units: when all of a question's judgments are whole documents (BEIR), passages collapse
+to documents in order of their best passage, as BEIR scores; otherwise each passage is a unit. A
+judgment counts once: the first unit that matches it gains its grade, later ones gain nothing
+(so nDCG on documents is exactly BEIR's).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from marginalia_core.retrieval.retriever import Candidates, RankedChunk, Retriever
+from marginalia_core.store.question_sets import Judgment, Question, QuestionSet
+
+NDCG_AT = 10
+DEPTH = 100  # units ranked per question: the first-relevant rank is reported up to here
+THRESHOLD_GRID = tuple(round(-0.1 + 0.025 * i, 3) for i in range(37))  # -0.1 .. 0.8
+WEIGHT_GRID = tuple(round(0.1 * i, 1) for i in range(11))  # dense weight 0 .. 1
+MODES = ("dense", "lexical", "hybrid")
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+class Cancelled(Exception):
+    """A sweep was cancelled through its cancel flag; partial results are dropped."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What a retrieval configuration fixes. ``None`` = the library's setting / default."""
+
+    mode: str = "hybrid"
+    threshold: float | None = None
+    top_k: int = 6
+    alpha: float | None = None  # hybrid: weight of the dense score; None = lexical.ALPHA
+    chunk_target: int | None = None  # informative here; the chunk sweep re-indexes for these
+    chunk_overlap: int | None = None
+    embedder: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EvalConfig:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    question_id: str
+    question: str
+    first_relevant_rank: int | None  # 1-based unit rank, None if not within DEPTH
+    returned: int  # units returned (top k after the threshold)
+    relevant_returned: int
+    judgments: int
+    found: tuple[str, ...]  # labels of judgments found in the top k
+    missed: tuple[str, ...]
+    recall: float
+    precision: float | None  # None when nothing was returned
+    reciprocal_rank: float  # within the top k
+    ndcg: float
+    hit1: bool
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    set_name: str
+    config: EvalConfig
+    threshold: float  # the threshold actually applied
+    metrics: dict[str, float]
+    questions: list[QuestionResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "set": self.set_name,
+            "config": self.config.to_dict(),
+            "threshold": self.threshold,
+            "metrics": self.metrics,
+            "questions": [asdict(q) for q in self.questions],
+        }
+
+
+@dataclass(frozen=True)
+class ThresholdPoint:
+    threshold: float
+    precision: float
+    recall: float
+    f1: float
+    returned: float  # mean passages returned per question
+    answered: float  # share of questions with at least one passage
+
+
+@dataclass(frozen=True)
+class ThresholdSweep:
+    mode: str
+    top_k: int
+    current: float
+    suggested: float  # best F1
+    points: list[ThresholdPoint]
+
+
+@dataclass(frozen=True)
+class WeightPoint:
+    alpha: float | None
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class WeightSweep:
+    best: float | None
+    points: list[WeightPoint]
+
+
+@dataclass(frozen=True)
+class QuestionDelta:
+    question_id: str
+    question: str
+    rank_a: int | None
+    rank_b: int | None
+    shift: int | None  # rank_a - rank_b: positive = B ranks the first relevant passage higher
+    gained: tuple[str, ...]  # judgments B finds in its top k that A does not
+    lost: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    set_name: str
+    a: EvalResult
+    b: EvalResult
+    deltas: list[QuestionDelta]
+    better: int = 0  # questions whose first relevant rank improved in B
+    worse: int = 0
+
+
+@dataclass
+class Prepared:
+    """A question set searched once: candidates and chunk metadata per question."""
+
+    qset: QuestionSet
+    candidates: list[Candidates]
+    chunks: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+# --- preparing -------------------------------------------------------------------------------
+
+
+def prepare(
+    retriever: Retriever,
+    qset: QuestionSet,
+    *,
+    depth: int = 0,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Prepared:
+    """Search every question once (candidates of both lists, both scores)."""
+    cands = []
+    chunk_ids: set[int] = set()
+    total = len(qset.questions)
+    for n, q in enumerate(qset.questions, 1):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        c = retriever.candidates(q.text, limit=depth)
+        cands.append(c)
+        chunk_ids.update(c.chunk_ids)
+        if progress:
+            progress({"type": "progress", "stage": "search", "done": n, "total": total})
+    return Prepared(qset, cands, retriever.store.chunks_by_ids(sorted(chunk_ids)))
+
+
+# --- scoring one question --------------------------------------------------------------------
+
+
+def _units(
+    ranked: Sequence[RankedChunk], question: Question, chunks: dict[int, dict[str, Any]]
+) -> list[tuple[float, frozenset[int]]]:
+    """(cosine of the unit's best passage, indexes of the judgments it matches), best first."""
+    judged = [(i, j) for i, j in enumerate(question.judgments) if j.grade > 0]
+    by_doc = bool(judged) and all(j.level == "document" for _, j in judged)
+    out: list[tuple[float, frozenset[int]]] = []
+    seen: set[str] = set()
+    for r in ranked:
+        row = chunks.get(r.chunk_id)
+        if row is None:
+            continue
+        if by_doc:
+            if row["document_name"] in seen:
+                continue
+            seen.add(row["document_name"])
+        out.append((r.cosine, frozenset(i for i, j in judged if j.matches(row))))
+        if len(out) >= DEPTH:
+            break
+    return out
+
+
+def _dcg(gains: Iterable[float]) -> float:
+    return sum(g / math.log2(i + 2) for i, g in enumerate(gains))
+
+
+def score_question(
+    question: Question, units: list[tuple[float, frozenset[int]]], k: int
+) -> QuestionResult:
+    judged = {i: j for i, j in enumerate(question.judgments) if j.grade > 0}
+    first = next((n for n, (_, m) in enumerate(units, 1) if m), None)
+    top = units[:k]
+    found: set[int] = set()
+    for _, m in top:
+        found |= m
+    credited: set[int] = set()
+    gains = []
+    for _, m in units[:NDCG_AT]:
+        new = m - credited
+        gains.append(max((judged[i].grade for i in new), default=0))
+        credited |= new
+    ideal = _dcg(sorted((j.grade for j in judged.values()), reverse=True)[:NDCG_AT])
+    relevant_returned = sum(1 for _, m in top if m)
+    return QuestionResult(
+        question_id=question.id,
+        question=question.text,
+        first_relevant_rank=first,
+        returned=len(top),
+        relevant_returned=relevant_returned,
+        judgments=len(judged),
+        found=tuple(judged[i].label for i in sorted(found)),
+        missed=tuple(judged[i].label for i in sorted(set(judged) - found)),
+        recall=len(found) / len(judged) if judged else 0.0,
+        precision=relevant_returned / len(top) if top else None,
+        reciprocal_rank=1.0 / first if first is not None and first <= k else 0.0,
+        ndcg=_dcg(gains) / ideal if ideal > 0 else 0.0,
+        hit1=first == 1,
+    )
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def summarize(results: Sequence[QuestionResult], k: int) -> dict[str, float]:
+    answered = [r for r in results if r.returned]
+    return {
+        "questions": len(results),
+        f"recall@{k}": _mean(r.recall for r in results),
+        f"precision@{k}": _mean(r.precision for r in answered if r.precision is not None),
+        f"mrr@{k}": _mean(r.reciprocal_rank for r in results),
+        f"ndcg@{NDCG_AT}": _mean(r.ndcg for r in results),
+        "hit@1": _mean(float(r.hit1) for r in results),
+        "answered": _mean(float(bool(r.returned)) for r in results),
+    }
+
+
+# --- evaluating ------------------------------------------------------------------------------
+
+
+def evaluate_prepared(
+    retriever: Retriever, prepared: Prepared, config: EvalConfig
+) -> EvalResult:
+    threshold = retriever.threshold if config.threshold is None else float(config.threshold)
+    results = []
+    for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
+        ranked = retriever.rank(c, mode=config.mode, threshold=threshold, alpha=config.alpha)
+        results.append(score_question(q, _units(ranked, q, prepared.chunks), config.top_k))
+    return EvalResult(
+        prepared.qset.name, config, threshold, summarize(results, config.top_k), results
+    )
+
+
+def evaluate(
+    retriever: Retriever,
+    qset: QuestionSet,
+    config: EvalConfig | None = None,
+    *,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> EvalResult:
+    """Metrics for ``qset`` under ``config`` on the retriever's library."""
+    config = config or EvalConfig(mode=retriever.settings.retrieval_mode,
+                                  top_k=retriever.settings.top_k)
+    prepared = prepare(retriever, qset, progress=progress, cancel=cancel)
+    return evaluate_prepared(retriever, prepared, config)
+
+
+def threshold_sweep(
+    retriever: Retriever,
+    prepared: Prepared,
+    *,
+    mode: str = "hybrid",
+    top_k: int = 6,
+    alpha: float | None = None,
+    grid: Sequence[float] = THRESHOLD_GRID,
+) -> ThresholdSweep:
+    """Precision / recall / F1 of the passages returned at each threshold, in one pass: each
+    question is ranked once with no threshold, then each threshold only filters.
+
+    Precision = relevant passages returned / passages returned; recall = judgments found /
+    judgments (both pooled over the questions); the suggested threshold maximizes F1."""
+    per_q = []
+    for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
+        ranked = retriever.rank(c, mode=mode, threshold=-math.inf, alpha=alpha)
+        if mode == "hybrid":  # a keyword rescue passes every threshold
+            ranked = [replace(r, cosine=math.inf) if r.rescued else r for r in ranked]
+        per_q.append(_units(ranked, q, prepared.chunks))
+    points = []
+    total_judged = sum(sum(1 for j in q.judgments if j.grade > 0) for q in prepared.qset.questions)
+    for t in grid:
+        returned = relevant = found = answered = 0
+        for units in per_q:
+            kept = [m for cosine, m in units if cosine >= t or mode == "lexical"][:top_k]
+            returned += len(kept)
+            relevant += sum(1 for m in kept if m)
+            found += len(frozenset().union(*kept)) if kept else 0
+            answered += bool(kept)
+        p = relevant / returned if returned else 1.0
+        r = found / total_judged if total_judged else 0.0
+        f1 = 2 * p * r / (p + r) if p + r else 0.0
+        n = max(1, len(per_q))
+        points.append(ThresholdPoint(float(t), p, r, f1, returned / n, answered / n))
+    best = max(points, key=lambda pt: (pt.f1, -abs(pt.threshold - retriever.threshold)))
+    return ThresholdSweep(mode, top_k, retriever.threshold, best.threshold, points)
+
+
+def weight_sweep(
+    retriever: Retriever,
+    prepared: Prepared,
+    base: EvalConfig,
+    *,
+    grid: Sequence[float | None] = (*WEIGHT_GRID, None),
+    key: str = f"ndcg@{NDCG_AT}",
+) -> WeightSweep:
+    """Hybrid metrics at each dense weight (``None`` = the default, lexical.ALPHA)."""
+    points = [
+        WeightPoint(a, evaluate_prepared(retriever, prepared,
+                                         replace(base, mode="hybrid", alpha=a)).metrics)
+        for a in grid
+    ]
+    best = max(points, key=lambda p: p.metrics[key]).alpha
+    return WeightSweep(best, points)
+
+
+def compare(a: EvalResult, b: EvalResult) -> Comparison:
+    """Per question: the first relevant rank under A and B, judgments gained and lost."""
+    deltas = []
+    better = worse = 0
+    for qa, qb in zip(a.questions, b.questions, strict=True):
+        ra, rb = qa.first_relevant_rank, qb.first_relevant_rank
+        shift = None if ra is None or rb is None else ra - rb
+        if (ra is None and rb is not None) or (shift is not None and shift > 0):
+            better += 1
+        elif (rb is None and ra is not None) or (shift is not None and shift < 0):
+            worse += 1
+        deltas.append(
+            QuestionDelta(
+                qa.question_id, qa.question, ra, rb, shift,
+                gained=tuple(x for x in qb.found if x not in qa.found),
+                lost=tuple(x for x in qa.found if x not in qb.found),
+            )
+        )
+    return Comparison(a.set_name, a, b, deltas, better, worse)
+
+
+def judgments_for_chunk(row: dict[str, Any], *, by: str = "span") -> Judgment:
+    """The judgment the Inspector saves when a passage is ticked: its document and its text
+    span (``by="span"``) or its pages (``by="page"``), never its chunk id."""
+    if by == "page":
+        return Judgment(row["document_name"], int(row["page_start"]), int(row["page_end"]))
+    return Judgment(
+        row["document_name"], int(row["page_start"]), int(row["page_end"]),
+        int(row["start"]), int(row["end"]), excerpt=" ".join(row["content"].split())[:200],
+    )

@@ -1,0 +1,377 @@
+"""Lexical retrieval (SQLite FTS5 BM25 over ``chunks_fts``) and its fusion with dense ranking.
+
+``fts_query`` turns any free text into a safe FTS5 MATCH expression, ``bm25_search`` ranks
+chunks with FTS5's built-in ``bm25()``, and ``fuse`` merges a dense (cosine) ranking with the
+BM25 ranking into one hybrid ranking.
+
+What was measured (benchmarks/scifact_eval.py; BEIR SciFact, 5,183 abstracts -> 8,154 chunks
+of TARGET 1400 / OVERLAP 200, all-MiniLM-L6-v2 int8, document score = best chunk score, 200
+candidates per list; chosen on the 809 *train* queries, the 300 *test* queries held out; full
+table in benchmarks/results/scifact.md). nDCG@10 train / test:
+
+- dense cosine 0.661 / 0.647; FTS5 BM25 (this module) 0.702 / 0.700;
+- plain RRF 0.727 (k = 1) / 0.717 (k = 10: 0.721 / 0.717); weighted RRF no better;
+- convex min-max, alpha 0.45: 0.735 / 0.734; z-score, alpha 0.5: 0.736 / 0.738;
+- with both lists *filled* (``filled_lists``: every candidate carries its exact cosine and its
+  exact BM25, 0 when no term matches), convex tmm, ALPHA 0.6: 0.738 / 0.740 -- the default
+  until issue 13. tmm (theoretical minimum 0, observed maximum) stays sane for the tiny lists
+  of a small library, where min-max and z-score degenerate (one hit: full weight / zero spread).
+
+Issue 13 (benchmarks/retrieval_lab.py, the app's evaluator on three evaluations: SciFact,
+SQuAD paragraphs, page-level questions over real PDFs) found that fusion losing to plain BM25
+on the PDFs: a long chunk repeating one common query word got the full BM25 weight. Now the
+normalized BM25 is multiplied by the chunk's *coverage* (``term_coverage``: the share of the
+query's IDF weight it contains) and ALPHA is 0.55. nDCG@10 on the tuning splits (SciFact
+train / SQuAD tune / PDF odd ids), before -> after: 0.738 -> 0.739, 0.881 -> 0.893,
+0.945 -> 0.972 (BM25 alone: 0.702, 0.861, 0.952). Measured there and not adopted: a per-query
+weight from the query's IDF, quotes or digits (no gain), raw instead of per-query-scaled cosine
+(within 0.005), median-based normalization, an added RRF term, neighbouring-chunk scores (-0.003
+to -0.02).
+
+Min-max (alpha 0.45) and z-score (alpha 0.5) are 0.0005 apart on train, far inside the noise
+of 809 queries (alpha 0.40-0.55 spans 0.728-0.736 for both). Min-max was kept because it stays
+sane for the tiny lists of a small library: a single BM25 hit gets the full lexical weight
+under min-max and none under z-score (zero spread). Also measured on train and not worth their
+cost: tuning BM25's k1/b instead of FTS5's fixed 1.2/0.75 (best grid point +0.003 fused,
+benchmarks/scifact_bm25_grid.py), filling each list with the exact other score of every
+candidate (+0.003, would need retrieval.py to pass them), fusing at document level (no gain),
+more candidates (300: +0.001), Rocchio feedback on the query vector (no gain), the stopword
+list (+-0.002). With paraphrase-MiniLM-L3-v2 (about 6x faster, dense 0.54 / 0.51), the same
+default gives 0.705 / 0.694.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# --- defaults, chosen on SciFact train (see the module docstring) -----------------------------
+FUSION = "convex"  # "convex" | "rrf"
+NORMALIZATION = "tmm"  # for "convex": "minmax" | "zscore" | "tmm" (theoretical-min-max)
+ALPHA = 0.55  # for "convex": weight of the dense score (1 - ALPHA goes to BM25)
+# for "convex" with ``coverage``: the BM25 part is multiplied by coverage ** COVERAGE_POWER
+COVERAGE_POWER = 1.0
+RRF_K = 1  # for "rrf": the k in 1 / (k + rank); k = 1 was best on train (0.727; k = 10: 0.721)
+RRF_WEIGHT = 0.5  # for "rrf": weight of the dense list (1 - RRF_WEIGHT goes to BM25)
+CANDIDATES = 200  # how many chunks each list contributes before fusion
+MAX_QUERY_TERMS = 64  # a pasted page of text stays a fast query
+
+# Lucene's English stopword list (the one bm25s and Anserini use) plus question words and
+# auxiliaries that carry no topic in a chat question ("what does the report say about ...").
+_STOPWORD_TEXT = """
+    a an and are as at be but by for if in into is it no not of on or such that the their then
+    there these they this to was will with
+    what which who whom whose when where why how do does did can could should would may might
+    i me my we our you your he she him her his its them us am been being were has have had
+    from about than so also any all some each other only very just
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+# FTS5 (unicode61) treats letters, digits and private-use characters as token characters and
+# everything else as a separator. Splitting the same way and double-quoting each token means no
+# FTS5 operator, column filter, prefix star, caret, parenthesis or quote can survive.
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def query_terms(text: str) -> list[str]:
+    """Lower-cased, de-duplicated, stopword-free tokens of ``text`` in order of appearance."""
+    seen: dict[str, None] = {}
+    for token in _TOKEN.findall(text or ""):
+        token = token.lower()
+        if token in STOPWORDS or token in seen:
+            continue
+        seen[token] = None
+        if len(seen) >= MAX_QUERY_TERMS:
+            break
+    return list(seen)
+
+
+def fts_query(text: str, *, require_all: bool = False) -> str | None:
+    """A safe FTS5 MATCH expression for free text: quoted tokens joined by OR (AND with
+    ``require_all``), or None.
+
+    Each token is a double-quoted FTS5 string, so operators (AND, OR, NOT, NEAR), column
+    filters (``col:``), prefixes (``*``), ``^``, ``+``, ``-``, parentheses and quotes in the
+    input are plain text. Tokens go through the table's tokenizer (porter stemming), so
+    "running" matches "runs". None when nothing searchable remains (empty, only stopwords
+    or punctuation).
+    """
+    terms = query_terms(text)
+    if not terms:
+        return None
+    return (" AND " if require_all else " OR ").join(f'"{t}"' for t in terms)
+
+
+def filled_lists(
+    conn: sqlite3.Connection,
+    query: str,
+    dense: Sequence[tuple[int, float]],
+    cosine_of: Callable[[Sequence[int]], Sequence[float | None]],
+    *,
+    limit: int = CANDIDATES,
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """The two candidate lists for fusion, each completed with the other signal's exact score.
+
+    ``dense`` is the dense top ``limit`` as (chunk id, cosine); ``cosine_of(ids)`` gives the
+    cosine of any chunk (None for one the dense index doesn't hold, e.g. another embedder's).
+    BM25 hits outside the dense list get their cosine, dense hits outside the BM25 list their
+    BM25 (0 when no query term occurs in them), so fusion compares like with like.
+    """
+    lex = bm25_search(conn, query, limit=limit)
+    dense_ids = {c for c, _ in dense}
+    lex_ids = {c for c, _ in lex}
+    extra = [c for c, _ in lex if c not in dense_ids]
+    extra_cos = dict(zip(extra, cosine_of(extra)))
+    lex = [(c, s) for c, s in lex if c in dense_ids or extra_cos.get(c) is not None]
+    dense_full = list(dense) + [(c, float(extra_cos[c])) for c, _ in lex if c not in dense_ids]
+    missing = [c for c, _ in dense if c not in lex_ids]
+    found = dict(bm25_search(conn, query, limit=len(missing), chunk_ids=missing)) if missing else {}
+    return dense_full, lex + [(c, found.get(c, 0.0)) for c in missing]
+
+
+def bm25_search(
+    conn: sqlite3.Connection,
+    query: str,
+    *,
+    limit: int = CANDIDATES,
+    chunk_ids: Iterable[int] | None = None,
+    require_all: bool = False,
+) -> list[tuple[int, float]]:
+    """Chunks matching ``query`` by FTS5 BM25, best first: ``[(chunk_id, score), ...]``.
+
+    ``score = -bm25(chunks_fts)`` so it is positive and larger is better (FTS5's bm25 has
+    k1 = 1.2, b = 0.75; IDF floors at 1e-6 for terms in over half the chunks). ``chunk_ids``
+    restricts the search to those chunks (e.g. one document's, or one embedder's);
+    ``require_all`` keeps only chunks containing every query term. Free text
+    goes through ``fts_query``, so no input raises an FTS5 syntax error; no terms -> [].
+    """
+    match = fts_query(query, require_all=require_all)
+    if match is None or limit <= 0:
+        return []
+    sql = "SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+    params: list[Any] = [match]
+    if chunk_ids is not None:
+        ids = sorted({int(i) for i in chunk_ids})
+        if not ids:
+            return []
+        # the unary + keeps SQLite from re-running the whole MATCH once per listed id
+        # (45 ms -> 0.6 ms per hybrid query on 1,800 real chunks)
+        sql += " AND +rowid IN (SELECT value FROM json_each(?))"
+        params.append("[" + ",".join(map(str, ids)) + "]")
+    sql += " ORDER BY bm25(chunks_fts), rowid LIMIT ?"
+    params.append(int(limit))
+    return [(int(r), float(s)) for r, s in conn.execute(sql, params)]
+
+
+# --- query signals: how much each term tells, and how much of it a chunk contains ----------
+
+
+@dataclass(frozen=True)
+class QuerySignals:
+    """What the query's words say (shown by the Inspector's "why this ranked"). Measured as
+    inputs to a per-query fusion weight (rarest / mean IDF, quotes, digits): no gain on any
+    tuning split (benchmarks/retrieval_lab.md), so the weight stays fixed."""
+
+    terms: int = 0
+    max_idf: float = 0.0  # of the rarest query term, as a share of the largest possible IDF
+    mean_idf: float = 0.0  # same scale, averaged over the query's terms
+    quoted: bool = False  # the query has a "quoted phrase"
+    identifiers: int = 0  # tokens with digits (codes, numbers, years)
+
+
+def _idf(n: int, total: int) -> float:
+    """Lucene's BM25 IDF (never negative)."""
+    return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+
+
+def term_weights(conn: sqlite3.Connection, query: str) -> dict[str, float]:
+    """IDF of each query term over the indexed chunks, as a share of the largest IDF possible
+    in this library (a term found in one chunk, or in none: 1.0).
+
+    One FTS5 count per term (the tokenizer stems it as it stems the text)."""
+    terms = query_terms(query)
+    if not terms:
+        return {}
+    total = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    scale = _idf(1, total) or 1.0
+    out = {}
+    for t in terms:
+        n = int(
+            conn.execute(
+                "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (f'"{t}"',)
+            ).fetchone()[0]
+        )
+        # a term no chunk contains is as rare as a term can be: it still counts in the
+        # query's weight, so a chunk matching only the other words covers less of it
+        out[t] = _idf(n, total) / scale if n else 1.0
+    return out
+
+
+def term_coverage(
+    conn: sqlite3.Connection, query: str, chunk_ids: Sequence[int], weights: Mapping[str, float]
+) -> dict[int, float]:
+    """Per chunk, the share of the query's term weight (IDF) its text contains, 0-1."""
+    total = sum(weights.values())
+    if not chunk_ids or total <= 0:  # no searchable term
+        return {}
+    ids = "[" + ",".join(str(int(i)) for i in sorted(set(chunk_ids))) + "]"
+    got: dict[int, float] = {}
+    for t, w in weights.items():
+        if w <= 0:
+            continue
+        for (rowid,) in conn.execute(
+            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "AND +rowid IN (SELECT value FROM json_each(?))",
+            (f'"{t}"', ids),
+        ):
+            got[int(rowid)] = got.get(int(rowid), 0.0) + w
+    return {c: v / total for c, v in got.items()}
+
+
+def query_signals(query: str, weights: Mapping[str, float]) -> QuerySignals:
+    """``QuerySignals`` from the query text and its term weights."""
+    quoted = bool(re.search(r'["“”].+?["“”]', query or ""))
+    if not weights:
+        return QuerySignals(quoted=quoted)
+    values = list(weights.values())
+    return QuerySignals(
+        terms=len(values),
+        max_idf=max(values),
+        mean_idf=sum(values) / len(values),
+        quoted=quoted,
+        identifiers=sum(1 for t in weights if any(ch.isdigit() for ch in t)),
+    )
+
+
+# --- fusion ----------------------------------------------------------------------------------
+
+Ranking = Sequence[tuple[int, float]] | Mapping[int, float] | tuple[Any, Any]
+
+
+def _as_pairs(ranking: Ranking | None) -> list[tuple[int, float]]:
+    """Accept [(id, score)], {id: score} or (ids, scores) arrays; return pairs best first."""
+    if ranking is None:
+        return []
+    if isinstance(ranking, Mapping):
+        pairs = [(int(k), float(v)) for k, v in ranking.items()]
+    elif (
+        isinstance(ranking, tuple)
+        and len(ranking) == 2
+        and hasattr(ranking[0], "__len__")
+        and hasattr(ranking[1], "__len__")
+        and not isinstance(ranking[0], str)
+    ):
+        ids, scores = ranking
+        pairs = [(int(i), float(s)) for i, s in zip(ids, scores, strict=True)]
+    else:
+        pairs = [(int(i), float(s)) for i, s in ranking]
+    # best first; equal scores keep their given order (stable sort)
+    pairs.sort(key=lambda p: -p[1] if math.isfinite(p[1]) else math.inf)
+    seen: set[int] = set()
+    unique = []
+    for i, s in pairs:
+        if i not in seen:
+            seen.add(i)
+            unique.append((i, s if math.isfinite(s) else 0.0))
+    return unique
+
+
+def _normalize(scores: list[float], how: str, floor: float) -> tuple[list[float], float]:
+    """Normalized scores and the value given to items absent from the list."""
+    if not scores:
+        return [], 0.0
+    if how == "zscore":
+        mean = sum(scores) / len(scores)
+        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+        if std == 0:
+            return [0.0] * len(scores), 0.0
+        z = [(s - mean) / std for s in scores]
+        return z, min(z)
+    if how == "tmm":  # theoretical minimum, observed maximum (Bruch et al. 2023)
+        lo, hi = floor, max(scores)
+    elif how == "minmax":
+        lo, hi = min(scores), max(scores)
+    else:
+        raise ValueError(f"unknown normalization {how!r}")
+    if hi <= lo:
+        return [1.0] * len(scores), 0.0
+    return [(s - lo) / (hi - lo) for s in scores], 0.0
+
+
+def fuse(
+    dense: Ranking | None,
+    lexical: Ranking | None,
+    *,
+    method: str = FUSION,
+    alpha: float = ALPHA,
+    normalization: str = NORMALIZATION,
+    k: float = RRF_K,
+    weight: float = RRF_WEIGHT,
+    limit: int | None = None,
+    coverage: Mapping[int, float] | None = None,
+) -> list[tuple[int, float]]:
+    """Merge a dense and a lexical ranking into one, best first: ``[(id, fused_score), ...]``.
+
+    ``dense``/``lexical``: ``[(id, score)]`` (any order; higher is better), ``{id: score}`` or
+    ``(ids, scores)`` arrays. Methods:
+
+    - ``"convex"``: ``alpha * norm(dense) + (1 - alpha) * norm(bm25)``; ``normalization`` is
+      ``"minmax"`` (each list to [0, 1]), ``"zscore"`` or ``"tmm"`` (theoretical minimum:
+      cosine 0, BM25 0; observed maximum). An id missing from one list gets that list's
+      lowest normalized value. With ``coverage`` ({id: share of the query's term weight the
+      chunk contains, 0-1}, from ``term_coverage``), each normalized BM25 is multiplied by
+      ``coverage ** COVERAGE_POWER``: a long chunk repeating one common query word no longer
+      outranks a chunk containing the rare ones.
+    - ``"rrf"``: ``weight / (k + rank_dense) + (1 - weight) / (k + rank_bm25)``, ranks from 1;
+      a missing id contributes nothing from that list. ``weight = 0.5`` is plain RRF (halved).
+    - ``"dense"`` / ``"lexical"``: one list only (for comparisons).
+
+    Ties are broken by the better single-list rank, then by first appearance (dense list
+    first), so the result is deterministic.
+    """
+    d = _as_pairs(dense)
+    lx = _as_pairs(lexical)
+    order: dict[int, int] = {}
+    for i, _ in d + lx:
+        order.setdefault(i, len(order))
+    d_rank = {i: r for r, (i, _) in enumerate(d, 1)}
+    l_rank = {i: r for r, (i, _) in enumerate(lx, 1)}
+    worst = len(order) + 1
+
+    if method == "rrf":
+        score = dict.fromkeys(order, 0.0)
+        for i, r in d_rank.items():
+            score[i] += weight / (k + r)
+        for i, r in l_rank.items():
+            score[i] += (1.0 - weight) / (k + r)
+    elif method == "convex":
+        dn, d_missing = _normalize([s for _, s in d], normalization, 0.0)
+        ln, l_missing = _normalize([s for _, s in lx], normalization, 0.0)
+        d_norm = {i: v for (i, _), v in zip(d, dn, strict=True)}
+        l_norm = {i: v for (i, _), v in zip(lx, ln, strict=True)}
+        if coverage is not None:
+            l_norm = {i: v * coverage.get(i, 0.0) ** COVERAGE_POWER for i, v in l_norm.items()}
+        score = {
+            i: alpha * d_norm.get(i, d_missing) + (1.0 - alpha) * l_norm.get(i, l_missing)
+            for i in order
+        }
+    elif method == "dense":
+        score = {i: s for i, s in d}
+    elif method == "lexical":
+        score = {i: s for i, s in lx}
+    else:
+        raise ValueError(f"unknown fusion method {method!r}")
+
+    fused = sorted(
+        score.items(),
+        key=lambda item: (
+            -item[1],
+            min(d_rank.get(item[0], worst), l_rank.get(item[0], worst)),
+            order[item[0]],
+        ),
+    )
+    return fused[:limit] if limit is not None else fused

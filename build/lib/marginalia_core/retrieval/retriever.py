@@ -1,0 +1,392 @@
+"""Retrieval: question -> ranked passages, in dense, lexical (FTS5 BM25) or hybrid mode.
+
+The score shown everywhere is the cosine similarity (0-1, "% relevance"); hybrid mode changes the
+order and which passages make the top k, not the number displayed. The threshold applies to the
+cosine in dense and hybrid modes (hybrid also keeps the best chunks that contain every query
+term, see KEYWORD_RESCUE); lexical mode keeps every BM25 match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from marginalia_core import events
+from marginalia_core.config import Settings
+from marginalia_core.errors import EmbedderMismatchError
+from marginalia_core.providers.embeddings.base import Embedder
+from marginalia_core.retrieval import lexical
+from marginalia_core.retrieval.ranking import Scored, VectorIndex, top_k
+from marginalia_core.store.sqlite import Store
+
+EXCERPT_CHARS = 280
+# Hybrid mode keeps this many chunks that contain *every* query term even when their cosine is
+# below the threshold: a rare word or an identifier ("drolleries", "ZX-4471") is the one case
+# where the small embedder is blind and the keyword match is the better witness.
+KEYWORD_RESCUE = 2
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: int
+    document_id: str
+    document_name: str
+    idx: int
+    page_start: int
+    page_end: int
+    score: float  # cosine similarity
+    content: str
+    rank: int
+    lexical_score: float | None = None
+
+    @property
+    def excerpt(self) -> str:
+        return make_excerpt(self.content)
+
+    def as_source(self, n: int) -> events.Source:
+        """The source shape of the ``meta`` event."""
+        return {
+            "n": n,
+            "chunk_id": self.chunk_id,
+            "document_id": self.document_id,
+            "document_name": self.document_name,
+            "idx": self.idx,
+            "page": self.page_start,
+            "page_end": self.page_end,
+            "score": round(float(self.score), 4),
+            "excerpt": self.excerpt,
+            "content": self.content,
+        }
+
+
+# Lexical mode's relevance floor: a BM25 match is kept only when the query terms it contains
+# carry at least LEXICAL_FLOOR of the query's term weight (IDF; a word no passage contains
+# counts fully) and its cosine is at least LEXICAL_COSINE_FLOOR, so one shared common word is not
+# a match and a question the library cannot answer finds nothing. Chosen on the tuning splits
+# (benchmarks/retrieval_lab.md): the BM25 order is unharmed (nDCG@10 SciFact train 0.702 ->
+# 0.703, SQuAD 0.861 -> 0.862, PDF pages 0.952 -> 0.954) while 150 SQuAD questions asked of the
+# PDF library get passages 17 % of the time instead of 83 %.
+LEXICAL_FLOOR = 0.15
+LEXICAL_COSINE_FLOOR = 0.15
+
+
+@dataclass(frozen=True)
+class RankedChunk:
+    """One candidate's scores and ranks: the "why did this chunk rank" row."""
+
+    chunk_id: int
+    cosine: float
+    bm25: float  # 0.0 when no query term occurs in the chunk
+    coverage: float  # share of the query's term weight (IDF) the chunk contains, 0-1
+    fused: float  # the hybrid score the fused order is sorted by
+    dense_rank: int  # 1 = best cosine among the candidates
+    lexical_rank: int | None  # 1 = best BM25; None when no term matched
+    fused_rank: int
+    rescued: bool  # contains every query term: kept in hybrid mode below the threshold
+
+
+@dataclass(frozen=True)
+class ExplainedChunk(RankedChunk):
+    document_id: str = ""
+    document_name: str = ""
+    idx: int = 0
+    page_start: int = 1
+    page_end: int = 1
+    content: str = ""
+    passes: bool = False  # shown in hybrid mode at this threshold
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Every chunk either list proposed for one query, with both signals (see
+    ``Retriever.candidates``); ``table`` re-ranks them for any fusion weight."""
+
+    query: str
+    chunk_ids: list[int]
+    cosine: list[float]
+    bm25: list[float]
+    coverage: list[float]
+    rescued: frozenset[int]
+    signals: lexical.QuerySignals
+
+    @classmethod
+    def empty(cls, query: str) -> Candidates:
+        return cls(query, [], [], [], [], frozenset(), lexical.QuerySignals())
+
+    @staticmethod
+    def alpha_for(alpha: float | None) -> float:
+        """The dense weight used: ``alpha`` if given, else ``lexical.ALPHA``."""
+        return lexical.ALPHA if alpha is None else float(alpha)
+
+    def table(self, alpha: float | None = None) -> list[RankedChunk]:
+        """Every candidate, best fused score first, with its rank in each list."""
+        if not self.chunk_ids:
+            return []
+        dense = list(zip(self.chunk_ids, self.cosine))
+        lex = list(zip(self.chunk_ids, self.bm25))
+        fused = lexical.fuse(
+            dense, lex, alpha=self.alpha_for(alpha),
+            coverage=dict(zip(self.chunk_ids, self.coverage)),
+        )
+        d_rank = {c: r for r, (c, _) in enumerate(lexical.fuse(dense, None, method="dense"), 1)}
+        matched = [(c, s) for c, s in lex if s > 0]
+        l_rank = {c: r for r, (c, _) in enumerate(lexical.fuse(None, matched, method="lexical"), 1)}
+        pos = {c: i for i, c in enumerate(self.chunk_ids)}
+        return [
+            RankedChunk(
+                chunk_id=c,
+                cosine=self.cosine[pos[c]],
+                bm25=self.bm25[pos[c]],
+                coverage=self.coverage[pos[c]],
+                fused=float(score),
+                dense_rank=d_rank[c],
+                lexical_rank=l_rank.get(c),
+                fused_rank=n,
+                rescued=c in self.rescued,
+            )
+            for n, (c, score) in enumerate(fused, 1)
+        ]
+
+
+def make_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > limit // 2 else limit].rstrip() + "…"
+
+
+class Retriever:
+    """Ranks the chunks indexed by one embedder; never mixes vectors of different embedders."""
+
+    def __init__(self, store: Store, embedder: Embedder, settings: Settings):
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings
+        self.index = VectorIndex(store, embedder.model, embedder.dimension)
+
+    @property
+    def threshold(self) -> float:
+        t = self.settings.threshold
+        return self.embedder.default_threshold if t is None else float(t)
+
+    def other_embedders(self) -> dict[tuple[str, int], int]:
+        """Documents indexed by an embedder other than the active one (not searchable now)."""
+        return {
+            key: n
+            for key, n in self.store.embedder_counts().items()
+            if key != (self.embedder.model, self.embedder.dimension)
+        }
+
+    def stale_documents(self) -> list[dict]:
+        """Documents indexed by another embedder: the ones a re-index would bring back."""
+        active = (self.embedder.model, self.embedder.dimension)
+        return [
+            d for d in self.store.list_documents() if (d["embed_model"], d["embed_dim"]) != active
+        ]
+
+    def mismatch(self) -> EmbedderMismatchError | None:
+        others = self.other_embedders()
+        if not others:
+            return None
+        count = sum(others.values())
+        models = ", ".join(f"{m} ({d} d)" for m, d in others)
+        return EmbedderMismatchError(
+            f"{count} document(s) were indexed with {models}, not the active embedder "
+            f"{self.embedder.model} ({self.embedder.dimension} d), so they are left out of "
+            "search. Re-index them (Documents page, or `python -m marginalia_core reindex`)."
+        )
+
+    def candidates(self, query: str, *, limit: int | None = None) -> Candidates:
+        """Both candidate lists for ``query`` (dense top ``limit`` and BM25 top ``limit``), each
+        candidate with its exact cosine and BM25: everything any mode, weight or threshold
+        needs, so re-ranking (the Inspector's keyword weight, sweeps) embeds nothing again."""
+        limit = max(lexical.CANDIDATES, int(limit or 0))
+        scored = self.index.score_all(self.embedder.embed_query(query))
+        if not len(scored.chunk_ids):
+            return Candidates.empty(query)
+        top = top_k(scored, k=limit)
+        dense, lex = lexical.filled_lists(
+            self.store.conn,
+            query,
+            list(zip(top.chunk_ids.tolist(), top.scores.tolist())),
+            lambda ids: cosine_lookup(scored, ids),
+            limit=limit,
+        )
+        bm25 = dict(lex)
+        ids = [c for c, _ in dense]
+        rescued = frozenset(
+            cid
+            for cid, _ in lexical.bm25_search(
+                self.store.conn, query, limit=KEYWORD_RESCUE, require_all=True
+            )
+        )
+        weights = lexical.term_weights(self.store.conn, query)
+        coverage = lexical.term_coverage(self.store.conn, query, ids, weights)
+        return Candidates(
+            query=query,
+            chunk_ids=ids,
+            cosine=[float(s) for _, s in dense],
+            bm25=[float(bm25.get(c, 0.0)) for c in ids],
+            coverage=[coverage.get(c, 0.0) for c in ids],
+            rescued=rescued,
+            signals=lexical.query_signals(query, weights),
+        )
+
+    def rank(
+        self,
+        cands: Candidates,
+        *,
+        mode: str | None = None,
+        threshold: float | None = None,
+        k: int | None = None,
+        alpha: float | None = None,
+    ) -> list[RankedChunk]:
+        """Order the candidates for ``mode`` and keep those passing the mode's floor.
+
+        dense: cosine >= threshold. lexical: BM25 order, above the lexical floor
+        (LEXICAL_FLOOR, LEXICAL_COSINE_FLOOR). hybrid: fused order (``alpha`` = weight of the
+        dense score, None = lexical.ALPHA), cosine >= threshold or a keyword rescue.
+        """
+        threshold = self.threshold if threshold is None else threshold
+        mode = mode or self.settings.retrieval_mode
+        rows = cands.table(alpha)
+        if mode == "dense":
+            rows.sort(key=lambda r: r.dense_rank)
+            keep = [r for r in rows if r.cosine >= threshold]
+        elif mode == "lexical":
+            rows = [r for r in rows if r.lexical_rank is not None]
+            rows.sort(key=lambda r: r.lexical_rank)
+            keep = [
+                r for r in rows
+                if r.coverage >= LEXICAL_FLOOR and r.cosine >= LEXICAL_COSINE_FLOOR
+            ]
+        elif mode == "hybrid":
+            keep = [r for r in rows if r.cosine >= threshold or r.rescued]
+        else:
+            raise ValueError(f"unknown retrieval mode {mode!r}")
+        return keep if k is None else keep[:k]
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        threshold: float | None = None,
+        mode: str | None = None,
+        alpha: float | None = None,
+    ) -> list[Hit]:
+        k = self.settings.top_k if k is None else k
+        ranked = self.rank(
+            self.candidates(query, limit=k), mode=mode, threshold=threshold, k=k, alpha=alpha
+        )
+        return self._hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
+
+    def explain(
+        self,
+        query: str,
+        *,
+        threshold: float | None = None,
+        alpha: float | None = None,
+        cands: Candidates | None = None,
+    ) -> list[ExplainedChunk]:
+        """Why each candidate ranked where it did: cosine, BM25, fused score and its rank in
+        each list, with the chunk's text. Pass ``cands`` (from ``candidates``) and a new
+        ``alpha`` to re-rank with another keyword weight without embedding again."""
+        threshold = self.threshold if threshold is None else threshold
+        cands = cands or self.candidates(query)
+        rows = cands.table(alpha)
+        meta = self.store.chunks_by_ids([r.chunk_id for r in rows])
+        out = []
+        for r in rows:
+            m = meta.get(r.chunk_id)
+            if m is None:
+                continue
+            out.append(
+                ExplainedChunk(
+                    **{f: getattr(r, f) for f in RankedChunk.__dataclass_fields__},
+                    document_id=m["document_id"],
+                    document_name=m["document_name"],
+                    idx=m["idx"],
+                    page_start=m["page_start"],
+                    page_end=m["page_end"],
+                    content=m["content"],
+                    passes=r.cosine >= threshold or r.rescued,
+                )
+            )
+        return out
+
+    @staticmethod
+    def _with_cosine(scored: Scored, pairs: list[tuple[int, float]]):
+        return zip(pairs, cosine_lookup(scored, [cid for cid, _ in pairs]))
+
+    def _hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
+        rows = self.store.chunks_by_ids([cid for cid, _, _ in ordered])
+        hits = []
+        for cid, score, lex in ordered:
+            row = rows.get(cid)
+            if row is None:  # deleted since the matrix was loaded
+                continue
+            hits.append(
+                Hit(
+                    chunk_id=cid,
+                    document_id=row["document_id"],
+                    document_name=row["document_name"],
+                    idx=row["idx"],
+                    page_start=row["page_start"],
+                    page_end=row["page_end"],
+                    score=float(score),
+                    content=row["content"],
+                    rank=len(hits) + 1,
+                    lexical_score=None if lex is None else float(lex),
+                )
+            )
+        return hits
+
+    def score_table(self, query: str, *, threshold: float | None = None) -> list[dict]:
+        """Every chunk's cosine score (and BM25 where it matched), best first: the Inspector."""
+        threshold = self.threshold if threshold is None else threshold
+        scored = self.index.score_all(self.embedder.embed_query(query))
+        if not len(scored.chunk_ids):
+            return []
+        order = np.lexsort((scored.chunk_ids, -scored.scores))
+        ids = scored.chunk_ids[order].tolist()
+        scores = scored.scores[order].tolist()
+        lex = dict(lexical.bm25_search(self.store.conn, query, limit=len(ids)))
+        rows = self.store.chunks_by_ids(ids)
+        table = []
+        for rank, (cid, score) in enumerate(zip(ids, scores), start=1):
+            row = rows.get(cid)
+            if row is None:
+                continue
+            table.append(
+                {
+                    "document": row["document_name"],
+                    "chunk": row["idx"],
+                    "page": _page_label(row["page_start"], row["page_end"]),
+                    "score": round(score, 4),
+                    "rank": rank,
+                    "passes": score >= threshold,
+                    "bm25": round(lex[cid], 3) if cid in lex else None,
+                    "excerpt": make_excerpt(row["content"], 160),
+                    "chunk_id": cid,
+                    "document_id": row["document_id"],
+                }
+            )
+        return table
+
+
+def cosine_lookup(scored: Scored, chunk_ids: list[int]) -> list[float | None]:
+    """Cosine of each chunk id (None if not in the index); ids in ``scored`` are ascending."""
+    if not chunk_ids:
+        return []
+    wanted = np.asarray(chunk_ids, dtype=np.int64)
+    pos = np.searchsorted(scored.chunk_ids, wanted)
+    pos = np.clip(pos, 0, len(scored.chunk_ids) - 1)
+    found = scored.chunk_ids[pos] == wanted
+    return [float(scored.scores[p]) if ok else None for p, ok in zip(pos, found)]
+
+
+def _page_label(start: int, end: int) -> str:
+    return str(start) if start == end else f"{start}–{end}"

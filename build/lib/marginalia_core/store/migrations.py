@@ -1,0 +1,229 @@
+"""Versioned schema migrations, in the manner of llm's ``embeddings_migrations.py``: each step is a
+function applied once, in order, inside a transaction, and recorded in ``_migrations``."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Callable
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[tuple[str, Migration]] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+@migration
+def m001_initial(conn: sqlite3.Connection) -> None:
+    conn.executescript(
+        """
+        CREATE TABLE documents (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            mime TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            chunk_count INTEGER NOT NULL,
+            page_count INTEGER NOT NULL DEFAULT 1,
+            content_hash TEXT NOT NULL UNIQUE,
+            embed_model TEXT NOT NULL,
+            embed_dim INTEGER NOT NULL,
+            chunk_target INTEGER NOT NULL,
+            chunk_overlap INTEGER NOT NULL,
+            created TEXT NOT NULL,
+            -- the extracted text and its page offsets, so re-chunking needs no original file
+            text TEXT NOT NULL DEFAULT '',
+            page_starts TEXT NOT NULL DEFAULT '[0]'
+        );
+        -- AUTOINCREMENT: a chunk id is never reused after a delete, so an in-memory matrix
+        -- loaded before the delete can never attribute its score to a newer chunk
+        CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            start INTEGER NOT NULL,
+            "end" INTEGER NOT NULL,
+            page_start INTEGER NOT NULL,
+            page_end INTEGER NOT NULL,
+            embedding BLOB NOT NULL,
+            UNIQUE (document_id, idx)
+        );
+        CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            title TEXT NOT NULL,
+            created TEXT NOT NULL,
+            updated TEXT NOT NULL
+        );
+        CREATE INDEX conversations_updated ON conversations(updated);
+        CREATE TABLE messages (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            content TEXT NOT NULL,
+            sources TEXT NOT NULL DEFAULT '[]',
+            created TEXT NOT NULL
+        );
+        CREATE INDEX messages_conversation ON messages(conversation_id, created);
+        -- bumped by every write that changes the set of chunks, so in-memory indexes
+        -- (this process or another) know to reload
+        CREATE TABLE state (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        INSERT INTO state (key, value) VALUES ('generation', 0);
+        """
+    )
+
+
+@migration
+def m002_chunks_fts(conn: sqlite3.Connection) -> None:
+    """BM25 over chunk text, kept in step with ``chunks`` by triggers (external content)."""
+    conn.executescript(
+        """
+        CREATE VIRTUAL TABLE chunks_fts USING fts5(
+            content, content='chunks', content_rowid='id',
+            tokenize='porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+            INSERT INTO chunks_fts(rowid, content) VALUES (new.id, new.content);
+        END;
+        CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+            INSERT INTO chunks_fts(chunks_fts, rowid, content) VALUES ('delete', old.id, old.content);
+        END;
+        CREATE TRIGGER chunks_au AFTER UPDATE OF content ON chunks BEGIN
+            INSERT INTO chunks_fts(chunks_fts, rowid, content) VALUES ('delete', old.id, old.content);
+            INSERT INTO chunks_fts(rowid, content) VALUES (new.id, new.content);
+        END;
+        INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+        """
+    )
+
+
+@migration
+def m003_deletion_counter(conn: sqlite3.Connection) -> None:
+    """Bumped by every write that removes chunks: while it stands still, an in-memory index can
+    load just the chunks added since (ids only grow) instead of every vector again."""
+    conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('deletions', 0)")
+
+
+@migration
+def m004_sources_snake_case(conn: sqlite3.Connection) -> None:
+    """Saved sources use the Python naming (``document_name``, ``chunk_id``); releases up to 0.1
+    stored the wire's camelCase. The wire form is made only when events are serialised."""
+    rows = conn.execute("SELECT id, sources FROM messages WHERE sources LIKE '%Name%' "
+                        "OR sources LIKE '%Id\"%' OR sources LIKE '%pageEnd%'").fetchall()
+    for message_id, raw in rows:
+        sources = json.loads(raw or "[]")
+        fixed = [{_snake(k): v for k, v in s.items()} for s in sources if isinstance(s, dict)]
+        conn.execute("UPDATE messages SET sources = ? WHERE id = ?",
+                     (json.dumps(fixed, ensure_ascii=False), message_id))
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), key)
+
+
+@migration
+def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
+    """Question sets with judgments, saved retrieval configurations, and an embedding cache
+    keyed by text hash. Judgments name a document and a page range or text span, never a
+    chunk id, so they survive re-indexing with another chunking."""
+    conn.executescript(
+        """
+        CREATE TABLE question_sets (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            description TEXT NOT NULL DEFAULT '',
+            created TEXT NOT NULL
+        );
+        CREATE TABLE questions (
+            id TEXT PRIMARY KEY,
+            set_id TEXT NOT NULL REFERENCES question_sets(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            external_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            UNIQUE (set_id, external_id)
+        );
+        CREATE INDEX questions_set ON questions(set_id, position);
+        CREATE TABLE judgments (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            question_id TEXT NOT NULL REFERENCES questions(id) ON DELETE CASCADE,
+            document TEXT NOT NULL,
+            page_start INTEGER,
+            page_end INTEGER,
+            span_start INTEGER,
+            span_end INTEGER,
+            grade INTEGER NOT NULL DEFAULT 1,
+            excerpt TEXT NOT NULL DEFAULT ''
+        );
+        CREATE INDEX judgments_question ON judgments(question_id);
+        CREATE TABLE retrieval_configs (
+            name TEXT PRIMARY KEY,
+            config TEXT NOT NULL,
+            created TEXT NOT NULL
+        );
+        CREATE TABLE embedding_cache (
+            key TEXT PRIMARY KEY,
+            vector BLOB NOT NULL
+        );
+        """
+    )
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Apply pending migrations; returns the names applied. Safe to call from several processes."""
+    conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT)")
+    applied: list[str] = []
+    for name, fn in MIGRATIONS:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            done = conn.execute("SELECT 1 FROM _migrations WHERE name = ?", (name,)).fetchone()
+            if done:
+                conn.execute("ROLLBACK")
+                continue
+            _run_in_transaction(conn, fn)
+            conn.execute(
+                "INSERT INTO _migrations (name, applied) VALUES (?, datetime('now'))", (name,)
+            )
+            conn.execute("COMMIT")
+            applied.append(name)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return applied
+
+
+def _run_in_transaction(conn: sqlite3.Connection, fn: Migration) -> None:
+    # executescript() would COMMIT first; the wrapper runs each statement inside our transaction.
+    fn(_ScriptConn(conn))  # type: ignore[arg-type]
+
+
+class _ScriptConn:
+    """Wraps a connection so a migration's ``executescript`` stays inside our transaction."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+
+    def executescript(self, script: str) -> None:
+        for statement in _split_sql(script):
+            self._conn.execute(statement)
+
+    def execute(self, *args, **kwargs):
+        return self._conn.execute(*args, **kwargs)
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split on ';' at statement ends, keeping trigger bodies (BEGIN … END;) whole."""
+    statements, buf = [], ""
+    for line in script.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--"):
+            continue
+        buf += line + "\n"
+        if sqlite3.complete_statement(buf):
+            statements.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        statements.append(buf.strip())
+    return statements

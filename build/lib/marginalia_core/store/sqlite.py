@@ -1,0 +1,441 @@
+"""The one SQLite file: documents, chunks, conversations, messages.
+
+A thin, explicit data layer over sqlite-utils. Every connection has foreign keys on, WAL and a busy
+timeout; each thread gets its own connection, so several Streamlit sessions can read and write at
+once. Writes take ``BEGIN IMMEDIATE`` (and a process lock) so a document and all its chunks land in
+one transaction or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+
+from marginalia_core.errors import NotFoundError
+from marginalia_core.ingest.chunking import Chunk
+from marginalia_core.store.migrations import migrate
+
+BUSY_TIMEOUT_MS = 30_000
+VECTOR_DTYPE = np.dtype("<f4")  # float32 little-endian, as SPEC.md stores them
+LOAD_PAGE_ROWS = 4096
+
+DOCUMENT_COLUMNS = (
+    "id, name, mime, size, chunk_count, page_count, content_hash, embed_model, embed_dim, "
+    "chunk_target, chunk_overlap, created"
+)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def vector_to_blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=VECTOR_DTYPE).tobytes()
+
+
+def blob_to_vector(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=VECTOR_DTYPE)
+
+
+class Store:
+    """Data access for one database file. Cheap to share between threads."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._write_lock = threading.RLock()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        migrate(self.conn)
+
+    # -- connections -------------------------------------------------------------------------
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils view over this thread's connection, for browsing and simple reads."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite_utils.Database(self.conn)
+            self._local.db = db
+        return db
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                with suppress(sqlite3.Error):
+                    conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; rolled back whole on any exception (including KeyboardInterrupt)."""
+        conn = self.conn
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+
+    def _bump_generation(self, conn: sqlite3.Connection, *, deleted: bool = False) -> None:
+        keys = ("generation", "deletions") if deleted else ("generation",)
+        conn.execute(
+            f"UPDATE state SET value = value + 1 WHERE key IN ({','.join('?' * len(keys))})", keys
+        )
+
+    def generation(self) -> int:
+        """Changes whenever the set of chunks changes, in this process or another."""
+        row = self.conn.execute("SELECT value FROM state WHERE key = 'generation'").fetchone()
+        return int(row[0])
+
+    def counters(self, conn: sqlite3.Connection | None = None) -> tuple[int, int]:
+        """(generation, deletions): the second moves only when chunks were removed."""
+        rows = dict(
+            (conn or self.conn).execute(
+                "SELECT key, value FROM state WHERE key IN ('generation', 'deletions')"
+            ).fetchall()
+        )
+        return int(rows["generation"]), int(rows.get("deletions", 0))
+
+    # -- documents ---------------------------------------------------------------------------
+
+    def find_by_hash(self, content_hash: str) -> dict[str, Any] | None:
+        row = self.conn.execute(
+            f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE content_hash = ?", (content_hash,)
+        ).fetchone()
+        return dict(row) if row else None
+
+    def add_document(
+        self,
+        *,
+        name: str,
+        mime: str,
+        size: int,
+        content_hash: str,
+        embed_model: str,
+        embed_dim: int,
+        chunks: Sequence[Chunk],
+        embeddings: np.ndarray,
+        page_count: int = 1,
+        chunk_target: int,
+        chunk_overlap: int,
+        text: str = "",
+        page_starts: Sequence[int] = (0,),
+        replace_id: str | None = None,
+        document_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Write a document and every chunk with its vector in one transaction.
+
+        ``replace_id`` deletes that document in the same transaction (re-indexing), so readers see
+        either the old version or the new one, never neither.
+        """
+        if len(chunks) != len(embeddings):
+            raise ValueError("every chunk needs exactly one embedding")
+        if len(chunks) and embeddings.shape[1] != embed_dim:
+            raise ValueError("embedding dimension does not match the embedder")
+        doc = {
+            "id": document_id or new_id(),
+            "name": name,
+            "mime": mime,
+            "size": int(size),
+            "chunk_count": len(chunks),
+            "page_count": int(page_count),
+            "content_hash": content_hash,
+            "embed_model": embed_model,
+            "embed_dim": int(embed_dim),
+            "chunk_target": int(chunk_target),
+            "chunk_overlap": int(chunk_overlap),
+            "created": now_iso(),
+        }
+        rows = [
+            (
+                doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
+                vector_to_blob(embeddings[i]),
+            )
+            for i, c in enumerate(chunks)
+        ]
+        with self.write() as conn:
+            replaced = bool(
+                replace_id
+                and conn.execute("DELETE FROM documents WHERE id = ?", (replace_id,)).rowcount
+            )
+            conn.execute(
+                f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts) VALUES "
+                "(:id, :name, :mime, :size, :chunk_count, :page_count, :content_hash, "
+                ":embed_model, :embed_dim, :chunk_target, :chunk_overlap, :created, "
+                ":text, :page_starts)",
+                {**doc, "text": text, "page_starts": json.dumps(list(page_starts))},
+            )
+            conn.executemany(
+                'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
+                "page_end, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            self._bump_generation(conn, deleted=replaced)
+        return doc
+
+    def list_documents(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC"
+        ).fetchall()
+        return [dict(r) for r in rows]
+
+    def get_document(self, document_id: str) -> dict[str, Any]:
+        row = self.conn.execute(
+            f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = ?", (document_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"No document with id {document_id!r}.")
+        return dict(row)
+
+    def delete_document(self, document_id: str) -> bool:
+        """Delete a document; its chunks go with it (ON DELETE CASCADE)."""
+        with self.write() as conn:
+            cur = conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
+            if cur.rowcount:
+                self._bump_generation(conn, deleted=True)
+        return bool(cur.rowcount)
+
+    def document_source(self, document_id: str) -> tuple[str, list[int]]:
+        """The document's extracted text and page start offsets, for re-chunking."""
+        row = self.conn.execute(
+            "SELECT text, page_starts FROM documents WHERE id = ?", (document_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"No document with id {document_id!r}.")
+        return row["text"], json.loads(row["page_starts"])
+
+    # -- chunks ------------------------------------------------------------------------------
+
+    def embedder_counts(self) -> dict[tuple[str, int], int]:
+        """Documents per (model, dimension), to detect an index built by another embedder."""
+        rows = self.conn.execute(
+            "SELECT embed_model, embed_dim, COUNT(*) AS n FROM documents GROUP BY 1, 2"
+        ).fetchall()
+        return {(r["embed_model"], r["embed_dim"]): r["n"] for r in rows}
+
+    def load_vectors(
+        self, embed_model: str, embed_dim: int, *, after_id: int = 0
+    ) -> tuple[tuple[int, int], np.ndarray, np.ndarray]:
+        """((generation, deletions), chunk ids, float32 matrix) of this embedder's chunks with
+        id > ``after_id``, ascending, read in one snapshot.
+
+        Filled in place from a paged cursor: one matrix-sized allocation, no list of every
+        row and no joined copy (at 1M chunks that is 3 GB instead of a 9 GB peak).
+        """
+        conn = self.conn
+        where = (
+            "FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE d.embed_model = ? AND d.embed_dim = ? AND c.id > ?"
+        )
+        params = (embed_model, embed_dim, int(after_id))
+        conn.execute("BEGIN")
+        try:
+            counters = self.counters(conn)
+            n = conn.execute(f"SELECT COUNT(*) {where}", params).fetchone()[0]
+            ids = np.empty(n, dtype=np.int64)
+            matrix = np.empty((n, embed_dim), dtype=VECTOR_DTYPE)
+            flat = matrix.reshape(-1).view(np.uint8)
+            row_bytes = embed_dim * VECTOR_DTYPE.itemsize
+            cur = conn.cursor()
+            cur.row_factory = None
+            cur.execute(f"SELECT c.id, c.embedding {where} ORDER BY c.id", params)
+            i = 0
+            while page := cur.fetchmany(LOAD_PAGE_ROWS):
+                for cid, blob in page:
+                    ids[i] = cid
+                    flat[i * row_bytes : (i + 1) * row_bytes] = np.frombuffer(blob, np.uint8)
+                    i += 1
+        finally:
+            conn.execute("COMMIT")
+        return counters, ids[:i], matrix[:i].astype(np.float32, copy=False)
+
+    def chunks_by_ids(self, chunk_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """Chunk rows (with document name) keyed by id; missing ids are simply absent."""
+        out: dict[int, dict[str, Any]] = {}
+        ids = [int(i) for i in chunk_ids]
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            rows = self.conn.execute(
+                'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
+                "c.page_end, d.name AS document_name FROM chunks c "
+                f"JOIN documents d ON d.id = c.document_id WHERE c.id IN ({marks})",
+                part,
+            ).fetchall()
+            out.update({r["id"]: dict(r) for r in rows})
+        return out
+
+    def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            'SELECT id, idx, content, start, "end", page_start, page_end FROM chunks '
+            "WHERE document_id = ? ORDER BY idx",
+            (document_id,),
+        ).fetchall()
+        return [dict(r) for r in rows]
+
+    def integrity_report(self) -> dict[str, Any]:
+        """What crash-safety checks look at: integrity, and documents whose chunks don't add up."""
+        conn = self.conn
+        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        bad = conn.execute(
+            "SELECT d.id, d.chunk_count, COUNT(c.id) AS stored FROM documents d "
+            "LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.id "
+            "HAVING stored != d.chunk_count"
+        ).fetchall()
+        missing = conn.execute(
+            "SELECT COUNT(*) FROM chunks WHERE embedding IS NULL OR length(embedding) = 0"
+        ).fetchone()[0]
+        orphans = conn.execute(
+            "SELECT COUNT(*) FROM chunks WHERE document_id NOT IN (SELECT id FROM documents)"
+        ).fetchone()[0]
+        return {
+            "integrity": integrity,
+            "mismatched_documents": [dict(r) for r in bad],
+            "chunks_without_embedding": missing,
+            "orphan_chunks": orphans,
+        }
+
+    # -- conversations -----------------------------------------------------------------------
+
+    def create_conversation(self, title: str) -> dict[str, Any]:
+        stamp = now_iso()
+        conv = {"id": new_id(), "title": title, "created": stamp, "updated": stamp}
+        with self.write() as conn:
+            conn.execute(
+                "INSERT INTO conversations (id, title, created, updated) "
+                "VALUES (:id, :title, :created, :updated)",
+                conv,
+            )
+        return conv
+
+    def list_conversations(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT c.id, c.title, c.created, c.updated, "
+            "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count "
+            "FROM conversations c ORDER BY c.updated DESC, c.created DESC"
+        ).fetchall()
+        return [dict(r) for r in rows]
+
+    def get_conversation(self, conversation_id: str) -> dict[str, Any]:
+        row = self.conn.execute(
+            "SELECT id, title, created, updated FROM conversations WHERE id = ?",
+            (conversation_id,),
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"No conversation with id {conversation_id!r}.")
+        return dict(row)
+
+    def delete_conversation(self, conversation_id: str) -> bool:
+        with self.write() as conn:
+            cur = conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        return bool(cur.rowcount)
+
+    def add_message(
+        self,
+        conversation_id: str,
+        role: str,
+        content: str,
+        sources: Sequence[dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        with self.write():
+            return self._insert_message(conversation_id, role, content, sources)
+
+    def add_exchange(
+        self,
+        conversation_id: str,
+        title: str,
+        question: str,
+        answer: str,
+        sources: Sequence[dict[str, Any]],
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Save a question with its complete answer (creating the conversation if new) in one
+        transaction, so a failed or interrupted answer leaves no trace."""
+        with self.write() as conn:
+            stamp = now_iso()
+            conn.execute(
+                "INSERT OR IGNORE INTO conversations (id, title, created, updated) "
+                "VALUES (?, ?, ?, ?)",
+                (conversation_id, title, stamp, stamp),
+            )
+            user = self._insert_message(conversation_id, "user", question, ())
+            assistant = self._insert_message(conversation_id, "assistant", answer, sources)
+        return user, assistant
+
+    def _insert_message(
+        self, conversation_id: str, role: str, content: str, sources: Sequence[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Insert a message inside an open ``write()`` transaction and touch its conversation."""
+        stamp = now_iso()
+        msg = {
+            "id": new_id(),
+            "conversation_id": conversation_id,
+            "role": role,
+            "content": content,
+            "sources": json.dumps(list(sources), ensure_ascii=False),
+            "created": stamp,
+        }
+        conn = self.conn
+        conn.execute(
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created) "
+            "VALUES (:id, :conversation_id, :role, :content, :sources, :created)",
+            msg,
+        )
+        conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
+        return {**msg, "sources": list(sources)}
+
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones."""
+        sql = (
+            "SELECT id, conversation_id, role, content, sources, created FROM messages "
+            "WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
+        )
+        params: list[Any] = [conversation_id]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        rows = self.conn.execute(sql, params).fetchall()
+        out = []
+        for r in reversed(rows):
+            item = dict(r)
+            item["sources"] = json.loads(item["sources"] or "[]")
+            out.append(item)
+        return out

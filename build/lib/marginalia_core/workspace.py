@@ -1,0 +1,252 @@
+"""The one API the pages, the CLI and the tests use: settings wired to the store, the chosen
+providers and the engines once, and every operation a person can ask for (ingest, re-index,
+delete, search, score table, ask, conversations) as a method returning typed results or an
+event iterator. Pages lay the results out; the CLI prints them; neither re-implements them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from marginalia_core import events
+from marginalia_core.config import Settings, load_settings
+from marginalia_core.errors import EmbedderMismatchError, NotFoundError
+from marginalia_core.ingest import pipeline
+from marginalia_core.ingest.chunking import Chunk, chunk_stats, chunk_text, effective_overlap
+from marginalia_core.providers.embeddings import Embedder, get_embedder
+from marginalia_core.retrieval.retriever import Hit, Retriever
+from marginalia_core.store.sqlite import Store
+
+if TYPE_CHECKING:
+    from marginalia_core.chat.engine import ChatEngine
+    from marginalia_core.lab import RetrievalLab
+    from marginalia_core.providers.answerers.base import Answerer
+
+Reindex = Literal["stale", "all"]
+
+
+@dataclass(frozen=True)
+class ChunkPreview:
+    """How a document would split with other chunk settings (the Inspector's chunking lab)."""
+
+    chunks: list[Chunk]
+    stats: dict[str, float]
+    target: int
+    overlap: int  # as applied: an overlap above half the target is clamped
+    unchanged: bool  # the document is already indexed with these settings
+
+
+class Workspace:
+    def __init__(self, settings: Settings | None = None):
+        self.settings = settings or load_settings()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ wiring
+
+    @cached_property
+    def store(self) -> Store:
+        return Store(self.settings.ensure_db_dir())
+
+    @cached_property
+    def embedder(self) -> Embedder:
+        with self._lock:
+            return get_embedder(self.settings)
+
+    @cached_property
+    def retriever(self) -> Retriever:
+        return Retriever(self.store, self.embedder, self.settings)
+
+    @cached_property
+    def answerer(self) -> Answerer:
+        from marginalia_core.providers.answerers import get_answerer
+
+        if self.settings.answerer_name == "extractive":
+            # the offline answerer reuses the embedder to match paraphrased sentences
+            return get_answerer(self.settings, embedder=self.embedder)
+        return get_answerer(self.settings)
+
+    @cached_property
+    def chat(self) -> ChatEngine:
+        from marginalia_core.chat.engine import ChatEngine
+
+        return ChatEngine(self.store, self.retriever, self.answerer, self.settings)
+
+    @cached_property
+    def lab(self) -> RetrievalLab:
+        """Question sets, evaluation, sweeps, saved configurations, A/B and score tables."""
+        from marginalia_core.lab import RetrievalLab
+
+        return RetrievalLab(self)
+
+    def mode_summary(self) -> dict[str, str]:
+        """What the UI and CLI show as the active mode; never includes the key."""
+        s = self.settings
+        return {
+            "mode": "Gemini" if s.embedder_name == "gemini" or s.answerer_name == "gemini"
+            else "Offline",
+            "embedder": s.embedder_name,
+            "answerer": s.answerer_name,
+            "chat_model": s.chat_model if s.answerer_name == "gemini" else "",
+            "retrieval": s.retrieval_mode,
+            "db": s.db_path,
+        }
+
+    def close(self) -> None:
+        if "store" in self.__dict__:
+            self.store.close()
+
+    # ------------------------------------------------------------------ documents
+
+    def documents(self) -> list[dict[str, Any]]:
+        """Indexed documents, newest first."""
+        return self.store.list_documents()
+
+    def document(self, document_id: str) -> dict[str, Any]:
+        return self.store.get_document(document_id)
+
+    def ingest(
+        self, name: str, data: bytes, *, mime: str | None = None, password: str | None = None
+    ) -> Iterator[events.IngestEvent]:
+        """Index one file's bytes: ``stage`` events, then ``done`` or ``error``."""
+        return pipeline.ingest_bytes(
+            self.store, self.embedder, self.settings, name, data, mime=mime, password=password
+        )
+
+    def ingest_path(
+        self, path: str | Path, *, password: str | None = None
+    ) -> Iterator[events.IngestEvent]:
+        """Index a file on disk (an oversize one is refused before it is read)."""
+        return pipeline.ingest_path(
+            self.store, self.embedder, self.settings, path, password=password
+        )
+
+    def is_searchable(self, document: dict[str, Any]) -> bool:
+        """Indexed by the active embedder, so it takes part in search."""
+        return (document["embed_model"], document["embed_dim"]) == (
+            self.embedder.model, self.embedder.dimension
+        )
+
+    def stale_documents(self) -> list[dict[str, Any]]:
+        """Documents indexed by another embedder: the ones a re-index brings back to search."""
+        return [d for d in self.documents() if not self.is_searchable(d)]
+
+    def mismatch(self) -> EmbedderMismatchError | None:
+        """Why some documents are left out of search, or None."""
+        return self.retriever.mismatch()
+
+    def reindex(
+        self, document_id: str, *, target: int | None = None, overlap: int | None = None
+    ) -> Iterator[events.IngestEvent]:
+        """Re-chunk and re-embed one document with the active embedder, replacing it in one
+        transaction. Without ``target``/``overlap`` the document keeps its own chunking."""
+        if target is None or overlap is None:
+            try:
+                doc = self.store.get_document(document_id)
+            except NotFoundError as exc:
+                return iter([events.error(exc.message, exc.reason, document_id=document_id)])
+            target = target or doc.get("chunk_target") or self.settings.chunk_target
+            if overlap is None:
+                kept = doc.get("chunk_overlap")
+                overlap = self.settings.chunk_overlap if kept is None else kept
+        return pipeline.reindex_document(
+            self.store, self.embedder, self.settings, document_id, target=target, overlap=overlap
+        )
+
+    def reindex_many(
+        self,
+        which: Reindex | Iterable[str] = "stale",
+        *,
+        target: int | None = None,
+        overlap: int | None = None,
+    ) -> Iterator[events.IngestEvent]:
+        """Re-index several documents (``"stale"``: those another embedder indexed; ``"all"``;
+        or the given ids), one transaction each; the events of each in turn."""
+        if which == "stale":
+            ids = [d["id"] for d in self.stale_documents()]
+        elif which == "all":
+            ids = [d["id"] for d in self.documents()]
+        else:
+            ids = list(which)
+        for document_id in ids:
+            yield from self.reindex(document_id, target=target, overlap=overlap)
+
+    def delete_document(self, document_id: str) -> bool:
+        """Remove a document and its chunks; False if there was none."""
+        return self.store.delete_document(document_id)
+
+    def chunk_preview(
+        self, document_id: str, *, target: int, overlap: int
+    ) -> ChunkPreview:
+        """How a stored document would split with other settings, without changing it."""
+        doc = self.store.get_document(document_id)
+        text, page_starts = self.store.document_source(document_id)
+        chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
+        used = effective_overlap(target, overlap)
+        return ChunkPreview(
+            chunks=chunks,
+            stats=chunk_stats(chunks),
+            target=target,
+            overlap=used,
+            unchanged=target == doc.get("chunk_target") and used == doc.get("chunk_overlap"),
+        )
+
+    # ------------------------------------------------------------------ retrieval
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        threshold: float | None = None,
+        mode: str | None = None,
+    ) -> list[Hit]:
+        """The passages an answer would be given, best first."""
+        return self.retriever.search(query, k=k, threshold=threshold, mode=mode)
+
+    def sources(self, hits: list[Hit]) -> list[events.Source]:
+        """Hits numbered from 1 as the sources of an answer."""
+        return [hit.as_source(n) for n, hit in enumerate(hits, start=1)]
+
+    def score_table(self, query: str, *, threshold: float | None = None) -> list[dict[str, Any]]:
+        """Every searchable chunk's scores for ``query``, best first (the Inspector)."""
+        return self.retriever.score_table(query, threshold=threshold)
+
+    # ------------------------------------------------------------------ chat
+
+    def ask(
+        self,
+        question: str,
+        conversation_id: str | None = None,
+        *,
+        k: int | None = None,
+        threshold: float | None = None,
+    ) -> Iterator[events.ChatEvent]:
+        """A cited answer as events: ``meta``, ``token``..., then ``done`` or ``error``."""
+        return self.chat.ask(question, conversation_id, k=k, threshold=threshold)
+
+    def conversations(self) -> list[dict[str, Any]]:
+        """Conversations, most recently updated first."""
+        return self.store.list_conversations()
+
+    def conversation(self, conversation_id: str) -> dict[str, Any]:
+        return self.store.get_conversation(conversation_id)
+
+    def has_conversation(self, conversation_id: str | None) -> bool:
+        if not conversation_id:
+            return False
+        try:
+            self.store.get_conversation(conversation_id)
+        except NotFoundError:
+            return False
+        return True
+
+    def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+        """A conversation's messages, oldest first, each assistant message with its sources."""
+        return self.store.messages(conversation_id)
+
+    def delete_conversation(self, conversation_id: str) -> bool:
+        return self.store.delete_conversation(conversation_id)
