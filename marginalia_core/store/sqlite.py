@@ -16,13 +16,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import sqlite_utils
 
 from marginalia_core.errors import NotFoundError
-from marginalia_core.ingest.chunking import Chunk
 from marginalia_core.store.migrations import migrate
 
 BUSY_TIMEOUT_MS = 30_000
@@ -49,6 +48,18 @@ def vector_to_blob(vector: np.ndarray) -> bytes:
 
 def blob_to_vector(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=VECTOR_DTYPE)
+
+
+class ChunkRecord(Protocol):
+    """What the store keeps of a chunk (``ingest.chunking.Chunk`` is one): the store sits below
+    ingestion, so it names the fields rather than importing the chunker."""
+
+    idx: int
+    start: int
+    end: int
+    text: str
+    page_start: int
+    page_end: int
 
 
 class Store:
@@ -152,7 +163,7 @@ class Store:
         content_hash: str,
         embed_model: str,
         embed_dim: int,
-        chunks: Sequence[Chunk],
+        chunks: Sequence[ChunkRecord],
         embeddings: np.ndarray,
         page_count: int = 1,
         chunk_target: int,
