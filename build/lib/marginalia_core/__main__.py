@@ -1,5 +1,0 @@
-import sys
-
-from marginalia_core.cli import main
-
-sys.exit(main())
