@@ -126,13 +126,11 @@ class Workspace:
 
     def is_searchable(self, document: dict[str, Any]) -> bool:
         """Indexed by the active embedder, so it takes part in search."""
-        return (document["embed_model"], document["embed_dim"]) == (
-            self.embedder.model, self.embedder.dimension
-        )
+        return self.retriever.is_searchable(document)
 
     def stale_documents(self) -> list[dict[str, Any]]:
         """Documents indexed by another embedder: the ones a re-index brings back to search."""
-        return [d for d in self.documents() if not self.is_searchable(d)]
+        return self.retriever.stale_documents()
 
     def mismatch(self) -> EmbedderMismatchError | None:
         """Why some documents are left out of search, or None."""
@@ -143,15 +141,6 @@ class Workspace:
     ) -> Iterator[events.IngestEvent]:
         """Re-chunk and re-embed one document with the active embedder, replacing it in one
         transaction. Without ``target``/``overlap`` the document keeps its own chunking."""
-        if target is None or overlap is None:
-            try:
-                doc = self.store.get_document(document_id)
-            except NotFoundError as exc:
-                return iter([events.error(exc.message, exc.reason, document_id=document_id)])
-            target = target or doc.get("chunk_target") or self.settings.chunk_target
-            if overlap is None:
-                kept = doc.get("chunk_overlap")
-                overlap = self.settings.chunk_overlap if kept is None else kept
         return pipeline.reindex_document(
             self.store, self.embedder, self.settings, document_id, target=target, overlap=overlap
         )

@@ -179,3 +179,23 @@ def test_database_is_browsable_with_sqlite_utils(store):
     assert store.db["chunks"].count == store.list_documents()[0]["chunk_count"]
     fks = {(fk.column, fk.other_table) for fk in store.db["chunks"].foreign_keys}
     assert ("document_id", "documents") in fks
+
+
+def test_sources_saved_by_release_0_1_in_camelcase_upgrade_to_snake_case(db_path):
+    """Release 0.1 saved message sources in the wire's camelCase; m004 renames their keys."""
+    from marginalia_core.store.migrations import migrate
+
+    store = Store(db_path)
+    _, message = store.add_exchange(store.create_conversation("t")["id"], "t", "q", "a [1]", [])
+    old = '[{"n": 1, "documentName": "a.md", "chunkId": 3, "pageEnd": 2, "page": 1}]'
+    with store.write() as conn:
+        conn.execute("UPDATE messages SET sources = ? WHERE id = ?", (old, message["id"]))
+        conn.execute("DELETE FROM _migrations WHERE name = 'm004_sources_snake_case'")
+    store.close()
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    assert migrate(conn) == ["m004_sources_snake_case"]
+    conn.close()
+    store = Store(db_path)
+    saved = store.messages(message["conversation_id"])[-1]["sources"]
+    assert saved == [{"n": 1, "document_name": "a.md", "chunk_id": 3, "page_end": 2, "page": 1}]
+    store.close()

@@ -219,13 +219,16 @@ def reindex_document(
     overlap: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Re-chunk and re-embed a stored document (new chunk sizes or a new embedder), replacing it
-    in one transaction."""
+    in one transaction. Without ``target``/``overlap`` it keeps its own chunking."""
     try:
         doc = store.get_document(document_id)
         name = doc["name"]
         text, page_starts = store.document_source(document_id)
-        target = target or settings.chunk_target
-        overlap = settings.chunk_overlap if overlap is None else overlap
+        # unless told otherwise, a document keeps the chunking it was indexed with
+        target = target or doc.get("chunk_target") or settings.chunk_target
+        if overlap is None:
+            kept = doc.get("chunk_overlap")
+            overlap = settings.chunk_overlap if kept is None else kept
         new = yield from _index_text(
             store,
             embedder,

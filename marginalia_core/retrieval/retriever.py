@@ -179,12 +179,15 @@ class Retriever:
             if key != (self.embedder.model, self.embedder.dimension)
         }
 
+    def is_searchable(self, document: dict) -> bool:
+        """Indexed by the active embedder, so it takes part in search."""
+        return (document["embed_model"], document["embed_dim"]) == (
+            self.embedder.model, self.embedder.dimension
+        )
+
     def stale_documents(self) -> list[dict]:
         """Documents indexed by another embedder: the ones a re-index would bring back."""
-        active = (self.embedder.model, self.embedder.dimension)
-        return [
-            d for d in self.store.list_documents() if (d["embed_model"], d["embed_dim"]) != active
-        ]
+        return [d for d in self.store.list_documents() if not self.is_searchable(d)]
 
     def mismatch(self) -> EmbedderMismatchError | None:
         others = self.other_embedders()

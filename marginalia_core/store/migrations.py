@@ -111,8 +111,7 @@ def m003_deletion_counter(conn: sqlite3.Connection) -> None:
 def m004_sources_snake_case(conn: sqlite3.Connection) -> None:
     """Saved sources use the Python naming (``document_name``, ``chunk_id``); releases up to 0.1
     stored the wire's camelCase. The wire form is made only when events are serialised."""
-    rows = conn.execute("SELECT id, sources FROM messages WHERE sources LIKE '%Name%' "
-                        "OR sources LIKE '%Id\"%' OR sources LIKE '%pageEnd%'").fetchall()
+    rows = conn.execute("SELECT id, sources FROM messages WHERE sources != '[]'").fetchall()
     for message_id, raw in rows:
         sources = json.loads(raw or "[]")
         fixed = [{_snake(k): v for k, v in s.items()} for s in sources if isinstance(s, dict)]
