@@ -33,8 +33,9 @@ def test_migration_creates_the_lab_tables(store):
     names = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"question_sets", "questions", "judgments", "retrieval_configs",
             "embedding_cache"} <= names
-    applied = [r[0] for r in store.conn.execute("SELECT name FROM _migrations")]
-    assert "m005_retrieval_lab" in applied
+    from marginalia_core.store.migrations import applied
+
+    assert "m005_retrieval_lab" in applied(store.conn)
 
 
 def test_save_and_load_round_trip(sets):

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import shutil
 import sqlite3
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from marginalia_core.errors import NotFoundError
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.store.migrations import MIGRATIONS
+from marginalia_core.store.migrations import applied, migrate, registered
 from marginalia_core.store.sqlite import Store, blob_to_vector
 
 
@@ -28,8 +31,10 @@ def test_migrations_recorded_once(db_path):
     s1 = Store(db_path)
     s1.close()
     s2 = Store(db_path)
-    names = [r[0] for r in s2.conn.execute("SELECT name FROM _migrations ORDER BY name")]
-    assert names == [name for name, _ in MIGRATIONS]
+    names = applied(s2.conn)
+    assert names == registered()
+    assert names[0] == "m001_initial" and len(names) == len(set(names))
+    assert migrate(s2.conn) == []
     s2.close()
 
 
@@ -174,23 +179,72 @@ def test_database_is_browsable_with_sqlite_utils(store):
     """The README points people at sqlite-utils/Datasette: the tables they'd look at are there."""
     _add(store)
     tables = set(store.db.table_names())
-    assert {"documents", "chunks", "chunks_fts", "conversations", "messages", "_migrations"} <= tables
+    assert {"documents", "chunks", "chunks_fts", "conversations", "messages", "_sqlite_migrations"} <= tables
     assert store.db["documents"].count == 1
     assert store.db["chunks"].count == store.list_documents()[0]["chunk_count"]
     fks = {(fk.column, fk.other_table) for fk in store.db["chunks"].foreign_keys}
     assert ("document_id", "documents") in fks
 
 
+RELEASE_0_1_DB = Path(__file__).parent / "data" / "release-0.1.db"
+
+
+def test_a_database_made_by_release_0_1_upgrades_in_place(tmp_path):
+    """tests/data/release-0.1.db was written by release 0.1 (commit 6d2d64b: the CLI ingested two
+    samples and answered one question). Opening it upgrades it in place and loses nothing."""
+    path = tmp_path / "library.db"
+    shutil.copy(RELEASE_0_1_DB, path)
+    old = sqlite3.connect(path)
+    old_applied = [r[0] for r in old.execute("SELECT name FROM _migrations ORDER BY rowid")]
+    old_chunks = old.execute("SELECT id, content, embedding FROM chunks ORDER BY id").fetchall()
+    old.close()
+    assert old_applied == ["m001_initial", "m002_chunks_fts", "m003_deletion_counter"]
+
+    store = Store(path)
+    assert applied(store.conn)[:3] == old_applied
+    assert "m004_sources_snake_case" in applied(store.conn)
+    assert "_migrations" not in store.db.table_names()  # one record of what ran, sqlite-utils'
+    now = [tuple(r) for r in store.conn.execute("SELECT id, content, embedding FROM chunks ORDER BY id")]
+    assert now == [tuple(r) for r in old_chunks]
+    assert sorted(d["name"] for d in store.list_documents()) == [
+        "a-short-history-of-marginalia.md", "caring-for-old-books.pdf"]
+    (conversation,) = store.list_conversations()
+    answer = store.messages(conversation["id"])[-1]
+    assert answer["sources"] and "document_name" in answer["sources"][0]
+    assert "documentName" not in answer["sources"][0]
+    # the FTS index made by 0.1 still answers after the upgrade
+    hits = store.conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'Fermat'").fetchall()
+    assert hits
+    store.close()
+    assert migrate(sqlite3.connect(path, isolation_level=None)) == []
+
+
+def _open_store(path: str) -> None:
+    Store(path).close()
+
+
+def test_processes_opening_a_new_file_at_once_apply_each_migration_once(tmp_path):
+    path = str(tmp_path / "race.db")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open_store, args=(path,)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    conn = sqlite3.connect(path)
+    names = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")]
+    assert len(names) == len(set(names)) == len(registered())
+
+
 def test_sources_saved_by_release_0_1_in_camelcase_upgrade_to_snake_case(db_path):
     """Release 0.1 saved message sources in the wire's camelCase; m004 renames their keys."""
-    from marginalia_core.store.migrations import migrate
-
     store = Store(db_path)
     _, message = store.add_exchange(store.create_conversation("t")["id"], "t", "q", "a [1]", [])
     old = '[{"n": 1, "documentName": "a.md", "chunkId": 3, "pageEnd": 2, "page": 1}]'
     with store.write() as conn:
         conn.execute("UPDATE messages SET sources = ? WHERE id = ?", (old, message["id"]))
-        conn.execute("DELETE FROM _migrations WHERE name = 'm004_sources_snake_case'")
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm004_sources_snake_case'")
     store.close()
     conn = sqlite3.connect(db_path, isolation_level=None)
     assert migrate(conn) == ["m004_sources_snake_case"]
@@ -199,3 +253,23 @@ def test_sources_saved_by_release_0_1_in_camelcase_upgrade_to_snake_case(db_path
     saved = store.messages(message["conversation_id"])[-1]["sources"]
     assert saved == [{"n": 1, "document_name": "a.md", "chunk_id": 3, "page_end": 2, "page": 1}]
     store.close()
+
+
+def test_a_release_0_1_library_is_searchable_and_answerable_after_the_upgrade(tmp_path, local_embedder):
+    from marginalia_core.config import Settings
+    from marginalia_core.workspace import Workspace
+
+    path = tmp_path / "library.db"
+    shutil.copy(RELEASE_0_1_DB, path)
+    ws = Workspace(Settings(db_path=str(path), embedder="local", answerer="extractive"))
+    ws.__dict__["embedder"] = local_embedder  # the loaded model, shared across tests
+    try:
+        assert ws.stale_documents() == []  # same embedder and chunking: nothing to re-index
+        hits = ws.search("What did Fermat write in the margin?")
+        assert hits and hits[0].document_name == "a-short-history-of-marginalia.md"
+        (conversation,) = ws.conversations()
+        events = list(ws.ask("and who proved it?", conversation_id=conversation["id"]))
+        assert events[-1]["type"] == "done"
+        assert len(ws.messages(conversation["id"])) == 4
+    finally:
+        ws.close()

@@ -1,5 +1,8 @@
-"""Versioned schema migrations, in the manner of llm's ``embeddings_migrations.py``: each step is a
-function applied once, in order, inside a transaction, and recorded in ``_migrations``."""
+"""Versioned schema migrations on sqlite-utils' own ``Migrations`` (as llm's
+``embeddings_migrations.py`` does): each step is a function applied once, in order, and recorded in
+``_sqlite_migrations``. Every statement is its own ``execute`` call, so nothing has to split SQL
+scripts, and the whole upgrade runs under one ``BEGIN IMMEDIATE`` so that several processes opening
+the same file apply each step exactly once."""
 
 from __future__ import annotations
 
@@ -8,20 +11,41 @@ import re
 import sqlite3
 from collections.abc import Callable
 
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+MIGRATION_SET = "marginalia"
+# Releases up to 0.1 recorded applied steps here; their names are adopted on first open.
+LEGACY_TABLE = "_migrations"
+
 Migration = Callable[[sqlite3.Connection], None]
-MIGRATIONS: list[tuple[str, Migration]] = []
+MIGRATIONS = Migrations(MIGRATION_SET)
 
 
 def migration(fn: Migration) -> Migration:
-    MIGRATIONS.append((fn.__name__, fn))
+    """Register ``fn`` under its own name; it gets the raw connection, inside the upgrade's
+    transaction."""
+
+    def step(db: sqlite_utils.Database) -> None:
+        fn(db.conn)
+
+    step.__name__ = fn.__name__
+    MIGRATIONS(name=fn.__name__)(step)
     return fn
+
+
+def _run(conn: sqlite3.Connection, *statements: str) -> None:
+    for statement in statements:
+        conn.execute(statement)
 
 
 @migration
 def m001_initial(conn: sqlite3.Connection) -> None:
-    conn.executescript(
-        """
-        CREATE TABLE documents (
+    _run(
+        conn,
+        # documents keep the extracted text and its page offsets (text, page_starts), so
+        # re-chunking needs no original file
+        """CREATE TABLE documents (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL,
             mime TEXT NOT NULL,
@@ -34,13 +58,12 @@ def m001_initial(conn: sqlite3.Connection) -> None:
             chunk_target INTEGER NOT NULL,
             chunk_overlap INTEGER NOT NULL,
             created TEXT NOT NULL,
-            -- the extracted text and its page offsets, so re-chunking needs no original file
             text TEXT NOT NULL DEFAULT '',
             page_starts TEXT NOT NULL DEFAULT '[0]'
-        );
-        -- AUTOINCREMENT: a chunk id is never reused after a delete, so an in-memory matrix
-        -- loaded before the delete can never attribute its score to a newer chunk
-        CREATE TABLE chunks (
+        )""",
+        # AUTOINCREMENT: a chunk id is never reused after a delete, so an in-memory matrix
+        # loaded before the delete can never attribute its score to a newer chunk
+        """CREATE TABLE chunks (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
             idx INTEGER NOT NULL,
@@ -51,52 +74,50 @@ def m001_initial(conn: sqlite3.Connection) -> None:
             page_end INTEGER NOT NULL,
             embedding BLOB NOT NULL,
             UNIQUE (document_id, idx)
-        );
-        CREATE TABLE conversations (
+        )""",
+        """CREATE TABLE conversations (
             id TEXT PRIMARY KEY,
             title TEXT NOT NULL,
             created TEXT NOT NULL,
             updated TEXT NOT NULL
-        );
-        CREATE INDEX conversations_updated ON conversations(updated);
-        CREATE TABLE messages (
+        )""",
+        "CREATE INDEX conversations_updated ON conversations(updated)",
+        """CREATE TABLE messages (
             id TEXT PRIMARY KEY,
             conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
             role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
             content TEXT NOT NULL,
             sources TEXT NOT NULL DEFAULT '[]',
             created TEXT NOT NULL
-        );
-        CREATE INDEX messages_conversation ON messages(conversation_id, created);
-        -- bumped by every write that changes the set of chunks, so in-memory indexes
-        -- (this process or another) know to reload
-        CREATE TABLE state (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-        INSERT INTO state (key, value) VALUES ('generation', 0);
-        """
+        )""",
+        "CREATE INDEX messages_conversation ON messages(conversation_id, created)",
+        # bumped by every write that changes the set of chunks, so in-memory indexes
+        # (this process or another) know to reload
+        "CREATE TABLE state (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        "INSERT INTO state (key, value) VALUES ('generation', 0)",
     )
 
 
 @migration
 def m002_chunks_fts(conn: sqlite3.Connection) -> None:
     """BM25 over chunk text, kept in step with ``chunks`` by triggers (external content)."""
-    conn.executescript(
-        """
-        CREATE VIRTUAL TABLE chunks_fts USING fts5(
+    _run(
+        conn,
+        """CREATE VIRTUAL TABLE chunks_fts USING fts5(
             content, content='chunks', content_rowid='id',
             tokenize='porter unicode61 remove_diacritics 2'
-        );
-        CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+        )""",
+        """CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
             INSERT INTO chunks_fts(rowid, content) VALUES (new.id, new.content);
-        END;
-        CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+        END""",
+        """CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
             INSERT INTO chunks_fts(chunks_fts, rowid, content) VALUES ('delete', old.id, old.content);
-        END;
-        CREATE TRIGGER chunks_au AFTER UPDATE OF content ON chunks BEGIN
+        END""",
+        """CREATE TRIGGER chunks_au AFTER UPDATE OF content ON chunks BEGIN
             INSERT INTO chunks_fts(chunks_fts, rowid, content) VALUES ('delete', old.id, old.content);
             INSERT INTO chunks_fts(rowid, content) VALUES (new.id, new.content);
-        END;
-        INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
-        """
+        END""",
+        "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')",
     )
 
 
@@ -128,24 +149,24 @@ def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
     """Question sets with judgments, saved retrieval configurations, and an embedding cache
     keyed by text hash. Judgments name a document and a page range or text span, never a
     chunk id, so they survive re-indexing with another chunking."""
-    conn.executescript(
-        """
-        CREATE TABLE question_sets (
+    _run(
+        conn,
+        """CREATE TABLE question_sets (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL UNIQUE,
             description TEXT NOT NULL DEFAULT '',
             created TEXT NOT NULL
-        );
-        CREATE TABLE questions (
+        )""",
+        """CREATE TABLE questions (
             id TEXT PRIMARY KEY,
             set_id TEXT NOT NULL REFERENCES question_sets(id) ON DELETE CASCADE,
             position INTEGER NOT NULL,
             external_id TEXT NOT NULL,
             text TEXT NOT NULL,
             UNIQUE (set_id, external_id)
-        );
-        CREATE INDEX questions_set ON questions(set_id, position);
-        CREATE TABLE judgments (
+        )""",
+        "CREATE INDEX questions_set ON questions(set_id, position)",
+        """CREATE TABLE judgments (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             question_id TEXT NOT NULL REFERENCES questions(id) ON DELETE CASCADE,
             document TEXT NOT NULL,
@@ -155,74 +176,57 @@ def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
             span_end INTEGER,
             grade INTEGER NOT NULL DEFAULT 1,
             excerpt TEXT NOT NULL DEFAULT ''
-        );
-        CREATE INDEX judgments_question ON judgments(question_id);
-        CREATE TABLE retrieval_configs (
+        )""",
+        "CREATE INDEX judgments_question ON judgments(question_id)",
+        """CREATE TABLE retrieval_configs (
             name TEXT PRIMARY KEY,
             config TEXT NOT NULL,
             created TEXT NOT NULL
-        );
-        CREATE TABLE embedding_cache (
+        )""",
+        """CREATE TABLE embedding_cache (
             key TEXT PRIMARY KEY,
             vector BLOB NOT NULL
-        );
-        """
+        )""",
     )
 
 
 def migrate(conn: sqlite3.Connection) -> list[str]:
-    """Apply pending migrations; returns the names applied. Safe to call from several processes."""
-    conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT)")
-    applied: list[str] = []
-    for name, fn in MIGRATIONS:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            done = conn.execute("SELECT 1 FROM _migrations WHERE name = ?", (name,)).fetchone()
-            if done:
-                conn.execute("ROLLBACK")
-                continue
-            _run_in_transaction(conn, fn)
-            conn.execute(
-                "INSERT INTO _migrations (name, applied) VALUES (?, datetime('now'))", (name,)
-            )
-            conn.execute("COMMIT")
-            applied.append(name)
-        except BaseException:
+    """Apply pending migrations; returns the names applied. Safe to call from several processes:
+    the upgrade holds the write lock from reading what is pending to recording what it applied."""
+    db = sqlite_utils.Database(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        _adopt_legacy_record(db)
+        pending = [m.name for m in MIGRATIONS.pending(db)]
+        MIGRATIONS.apply(db)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
             conn.execute("ROLLBACK")
-            raise
-    return applied
+        raise
+    return pending
 
 
-def _run_in_transaction(conn: sqlite3.Connection, fn: Migration) -> None:
-    # executescript() would COMMIT first; the wrapper runs each statement inside our transaction.
-    fn(_ScriptConn(conn))  # type: ignore[arg-type]
+def applied(conn: sqlite3.Connection) -> list[str]:
+    """Names of the applied migrations, in the order they were applied."""
+    return [m.name for m in MIGRATIONS.applied(sqlite_utils.Database(conn))]
 
 
-class _ScriptConn:
-    """Wraps a connection so a migration's ``executescript`` stays inside our transaction."""
-
-    def __init__(self, conn: sqlite3.Connection):
-        self._conn = conn
-
-    def executescript(self, script: str) -> None:
-        for statement in _split_sql(script):
-            self._conn.execute(statement)
-
-    def execute(self, *args, **kwargs):
-        return self._conn.execute(*args, **kwargs)
+def registered() -> list[str]:
+    """Every migration's name, in the order they apply (what a new database gets)."""
+    return [m.name for m in MIGRATIONS.pending(sqlite_utils.Database(memory=True))]
 
 
-def _split_sql(script: str) -> list[str]:
-    """Split on ';' at statement ends, keeping trigger bodies (BEGIN … END;) whole."""
-    statements, buf = [], ""
-    for line in script.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("--"):
-            continue
-        buf += line + "\n"
-        if sqlite3.complete_statement(buf):
-            statements.append(buf.strip())
-            buf = ""
-    if buf.strip():
-        statements.append(buf.strip())
-    return statements
+def _adopt_legacy_record(db: sqlite_utils.Database) -> None:
+    """Carry the names a release-0.1 database recorded in ``_migrations`` over to sqlite-utils'
+    table, so its applied steps are not run again."""
+    if not db[LEGACY_TABLE].exists():
+        return
+    MIGRATIONS.ensure_migrations_table(db)
+    known = {m.name for m in MIGRATIONS.applied(db)}
+    rows = db.execute(f"SELECT name, applied FROM {LEGACY_TABLE} ORDER BY rowid").fetchall()
+    db[Migrations.migrations_table].insert_all(
+        {"migration_set": MIGRATION_SET, "name": name, "applied_at": when or ""}
+        for name, when in rows if name not in known
+    )
+    db.execute(f"DROP TABLE {LEGACY_TABLE}")
