@@ -4,7 +4,6 @@ the fake Gemini server, and paths to ../shared/eval."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_EVAL = ROOT.parent / "shared" / "eval"
 PDFS = SHARED_EVAL / "pdfs"
 SAMPLES = ROOT / "samples"
-
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # No test may reach a real model service or hub.
 os.environ["HF_HUB_OFFLINE"] = "1"

@@ -103,10 +103,7 @@ def test_evaluate_each_mode_on_a_real_library(library):
 def test_beir_figure_equals_the_benchmark_computation(library, tmp_path):
     """``eval`` through a BEIR import gives the nDCG@10 that benchmarks/scifact_eval.py computes
     from ``Retriever.search`` (document = its best passage, pytrec_eval's definition)."""
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import scifact_eval
 
     names = {d["name"]: d["id"] for d in library.store.list_documents()}
@@ -288,7 +285,6 @@ def test_scifact_slice_eval_matches_the_benchmark(workspace, tmp_path):
     """A real SciFact slice (10 test queries, their abstracts and 30 others) through the BEIR
     import gives scifact_eval.py's nDCG@10 for the app's own query path."""
     import random
-    import sys
     from pathlib import Path
 
     from conftest import SHARED_EVAL, requires_eval
@@ -297,7 +293,6 @@ def test_scifact_slice_eval_matches_the_benchmark(workspace, tmp_path):
     if not data.exists() and Path("/work/shared/eval/scifact").exists():
         data = Path("/work/shared/eval/scifact")
     requires_eval(data)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import scifact_eval
 
     scifact_eval.DATA = data

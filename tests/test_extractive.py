@@ -4,10 +4,10 @@ through the real chat path (real local embedder, real SQLite)."""
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
-from conftest import PDFS, ROOT, SHARED_EVAL, requires_eval
+import squad_answers
+from conftest import PDFS, SHARED_EVAL, requires_eval
 
 from marginalia_core.citations import cited, find_marks
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path
@@ -18,9 +18,6 @@ from marginalia_core.providers.answerers.extractive import (
     split_sentences,
     units,
 )
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import squad_answers  # noqa: E402
 
 
 def src(n: int, content: str, **extra) -> dict:
