@@ -62,14 +62,6 @@ class TooLargeError(ExtractionError):
     reason = "too_large"
 
 
-class DuplicateDocumentError(MarginaliaError):
-    reason = "duplicate"
-
-    def __init__(self, message: str, existing_id: str):
-        super().__init__(message)
-        self.existing_id = existing_id
-
-
 class EmbeddingError(MarginaliaError):
     """The embedding service or model failed (after retries)."""
 
