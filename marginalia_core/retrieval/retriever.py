@@ -320,10 +320,6 @@ class Retriever:
             )
         return out
 
-    @staticmethod
-    def _with_cosine(scored: Scored, pairs: list[tuple[int, float]]):
-        return zip(pairs, cosine_lookup(scored, [cid for cid, _ in pairs]))
-
     def _hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
         rows = self.store.chunks_by_ids([cid for cid, _, _ in ordered])
         hits = []
