@@ -1,6 +1,6 @@
 """The one place a google-genai ``Client`` is built, plus what every Gemini caller shares: turning
 SDK/HTTP exceptions into plain user messages (never containing the API key), deciding what is
-worth retrying, and a small retry loop with exponential backoff and jitter.
+worth retrying, and ``retry_call`` bound to those (the loop itself is in ``retry.py``).
 
 SDK-level retries are deliberately off (``HttpOptions.retry_options`` unset): callers retry with
 ``retry_call`` so they control the backoff and, for streams, know whether text was already shown.
@@ -14,26 +14,30 @@ from __future__ import annotations
 
 import importlib
 import json
-import random
 import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from marginalia_core.errors import AuthenticationError
+from marginalia_core.providers import retry as _retry
+from marginalia_core.providers.retry import (  # noqa: F401 - re-exported for Gemini callers
+    RETRY_ATTEMPTS,
+    RETRY_INITIAL_DELAY,
+    RETRY_JITTER,
+    RETRY_MAX_DELAY,
+    RETRYABLE_STATUS,
+    RetryPolicy,
+    backoff_delay,
+    retry_after_header,
+)
 
 if TYPE_CHECKING:
     from google import genai
 
     from marginalia_core.config import Settings
 
-RETRY_ATTEMPTS = 4  # including the first call
-RETRY_INITIAL_DELAY = 0.5  # seconds; doubles each attempt
-RETRY_MAX_DELAY = 8.0  # seconds; also caps a server's Retry-After hint
-RETRY_JITTER = 0.5  # each delay is scaled by a random factor in [1 - RETRY_JITTER, 1]
-RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 AUTH_STATUS = frozenset({401, 403})
 MAX_DETAIL_CHARS = 300  # of an API error message quoted to the user
 
@@ -178,18 +182,9 @@ def describe_api_error(exc: BaseException, *, api_key: str | None = None) -> str
 
 def retry_after_seconds(exc: BaseException) -> float | None:
     """The server's hint (Retry-After header, or a google.rpc.RetryInfo ``retryDelay``)."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is not None:
-        try:
-            value = headers.get("retry-after")
-        except Exception:  # noqa: BLE001 - odd response objects
-            value = None
-        if value:
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                pass
+    header = retry_after_header(exc)
+    if header is not None:
+        return header
     details = getattr(exc, "details", None)
     error = details.get("error", details) if isinstance(details, dict) else None
     for item in (error or {}).get("details", []) if isinstance(error, dict) else []:
@@ -200,43 +195,6 @@ def retry_after_seconds(exc: BaseException) -> float | None:
             except ValueError:
                 pass
     return None
-
-
-def backoff_delay(
-    attempt: int,
-    *,
-    initial_delay: float = RETRY_INITIAL_DELAY,
-    max_delay: float = RETRY_MAX_DELAY,
-    jitter: float = RETRY_JITTER,
-    hint: float | None = None,
-) -> float:
-    """Delay before retry number ``attempt`` (1 = first retry): exponential, jittered, capped;
-    at least the server's ``hint`` (itself capped at ``max_delay``)."""
-    base = min(max_delay, initial_delay * (2 ** (attempt - 1)))
-    delay = base * (1.0 - jitter * random.random())
-    if hint is not None:
-        delay = max(delay, min(hint, max_delay))
-    return delay
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How a Gemini caller retries; tests pass a tiny one (``RetryPolicy(initial_delay=0.01)``)."""
-
-    attempts: int = RETRY_ATTEMPTS
-    initial_delay: float = RETRY_INITIAL_DELAY
-    max_delay: float = RETRY_MAX_DELAY
-    sleep: Callable[[float], Any] = time.sleep
-
-    def call(self, fn: Callable[[], T], **kwargs: Any) -> T:
-        return retry_call(
-            fn,
-            attempts=self.attempts,
-            initial_delay=self.initial_delay,
-            max_delay=self.max_delay,
-            sleep=self.sleep,
-            **kwargs,
-        )
 
 
 def retry_call(
@@ -250,30 +208,15 @@ def retry_call(
     deadline: float | None = None,
     cancel: threading.Event | None = None,
 ) -> T:
-    """Call ``fn`` until it succeeds, retrying retryable failures with exponential backoff and
-    jitter (honouring a Retry-After hint up to ``max_delay``). Re-raises the last exception when
-    attempts run out, the error is not retryable, the next wait would pass ``deadline`` (a
-    ``time.monotonic()`` value) or ``cancel`` is set."""
-    attempts = max(1, attempts)
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except Exception as exc:
-            if attempt >= attempts or not retryable(exc) or (cancel and cancel.is_set()):
-                raise
-            delay = backoff_delay(
-                attempt,
-                initial_delay=initial_delay,
-                max_delay=max_delay,
-                hint=retry_after_seconds(exc),
-            )
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                raise
-            if cancel is not None and sleep is time.sleep:
-                if cancel.wait(delay):  # woken early: give up now
-                    raise
-            else:
-                sleep(delay)
-                if cancel is not None and cancel.is_set():
-                    raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    """``retry.retry_call`` with Gemini's classification and Retry-After/RetryInfo hints."""
+    return _retry.retry_call(
+        fn,
+        attempts,
+        initial_delay,
+        max_delay,
+        sleep,
+        retryable=retryable,
+        hint=retry_after_seconds,
+        deadline=deadline,
+        cancel=cancel,
+    )

@@ -22,7 +22,9 @@ from marginalia_core.providers.gemini_client import (
     RetryPolicy,
     describe_api_error,
     is_auth_error,
+    is_retryable,
     make_client,
+    retry_after_seconds,
 )
 
 if TYPE_CHECKING:
@@ -85,7 +87,13 @@ class GeminiEmbedder(EmbedderBase):
 
         deadline = time.monotonic() + self._query_deadline_s if query else None
         try:
-            response = self.retry.call(call, cancel=cancel, deadline=deadline)
+            response = self.retry.call(
+                call,
+                retryable=is_retryable,
+                hint=retry_after_seconds,
+                cancel=cancel,
+                deadline=deadline,
+            )
         except Exception as exc:
             raise self._error(exc) from exc
         embeddings = response.embeddings or []
