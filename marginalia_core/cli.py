@@ -26,8 +26,8 @@ EXIT_INTERNAL = 3
 def _common(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("settings (override environment variables)")
     g.add_argument("--db", help="SQLite file (MARGINALIA_DB, default data/marginalia.db)")
-    g.add_argument("--embedder", help="local | gemini (MARGINALIA_EMBEDDER)")
-    g.add_argument("--answerer", help="extractive | gemini (MARGINALIA_ANSWERER)")
+    g.add_argument("--embedder", help="local | gemini | openai (MARGINALIA_EMBEDDER)")
+    g.add_argument("--answerer", help="extractive | gemini | openai (MARGINALIA_ANSWERER)")
     g.add_argument("--k", type=int, help="passages to retrieve (MARGINALIA_TOP_K)")
     g.add_argument("--threshold", type=float, help="minimum cosine score (embedder default)")
     g.add_argument("--mode", choices=RETRIEVAL_MODES, help="retrieval mode (default hybrid)")

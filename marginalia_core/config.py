@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_DB = "data/marginalia.db"
-DEFAULT_CHAT_MODEL = "gemini-2.5-flash"
+DEFAULT_CHAT_MODEL = "gemini-2.5-flash"  # the Gemini answerer's model when none is set
 DEFAULT_TOP_K = 6
 DEFAULT_MAX_UPLOAD_MB = 50
 RETRIEVAL_MODES = ("hybrid", "dense", "lexical")
@@ -34,6 +34,13 @@ _ENV = {
     "MARGINALIA_MAX_UPLOAD_MB": ("max_upload_mb", float),
     "MARGINALIA_GEMINI_TIMEOUT": ("gemini_timeout_s", float),
     "MARGINALIA_GEMINI_CONCURRENCY": ("gemini_concurrency", int),
+    # OpenAI-compatible servers (Ollama, llama.cpp, vLLM, LM Studio, api.openai.com)
+    "OPENAI_API_BASE": ("openai_base_url", str),  # older name; OPENAI_BASE_URL wins
+    "OPENAI_BASE_URL": ("openai_base_url", str),
+    "OPENAI_API_KEY": ("openai_api_key", str),
+    "MARGINALIA_EMBED_MODEL": ("embed_model", str),
+    "MARGINALIA_OPENAI_TIMEOUT": ("openai_timeout_s", float),
+    "MARGINALIA_OPENAI_CONCURRENCY": ("openai_concurrency", int),
 }
 
 
@@ -44,7 +51,7 @@ class Settings:
     gemini_base_url: str | None = None
     embedder: str | None = None  # None: "gemini" when keyed, else "local"
     answerer: str | None = None  # None: "gemini" when keyed, else "extractive"
-    chat_model: str = DEFAULT_CHAT_MODEL
+    chat_model: str | None = None  # None: the answerer's own default (Gemini: 2.5 Flash)
     retrieval_mode: str = DEFAULT_RETRIEVAL_MODE
     top_k: int = DEFAULT_TOP_K
     threshold: float | None = None  # None: the embedder's own default
@@ -53,6 +60,11 @@ class Settings:
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
     gemini_timeout_s: float = 30.0
     gemini_concurrency: int = 4
+    openai_base_url: str | None = None  # e.g. http://localhost:11434/v1 (Ollama)
+    openai_api_key: str | None = field(default=None, repr=False)  # optional for local servers
+    embed_model: str | None = None  # the openai embedder's model (MARGINALIA_EMBED_MODEL)
+    openai_timeout_s: float = 60.0  # per request / between streamed chunks
+    openai_concurrency: int = 2  # embedding batches in flight; local servers queue beyond this
 
     @property
     def keyed(self) -> bool:

@@ -86,3 +86,10 @@ class EmbedderMismatchError(MarginaliaError):
 
 class NotFoundError(MarginaliaError):
     reason = "not_found"
+
+
+class ModelServerError(MarginaliaError):
+    """An OpenAI-compatible model server is misconfigured or cannot do what was asked (e.g. it
+    does not list its models)."""
+
+    reason = "model_server"

@@ -83,17 +83,50 @@ class Workspace:
         return RetrievalLab(self)
 
     def mode_summary(self) -> dict[str, str]:
-        """What the UI and CLI show as the active mode; never includes the key."""
+        """What the UI and CLI show as the active mode; never includes a key.
+
+        ``server`` is the OpenAI-compatible server's address when one is in use ("" otherwise,
+        or when it is not configured); ``model`` the answer model ("" for the extractive one),
+        ``embed_model`` the server-side embedding model."""
+        from marginalia_core.config import DEFAULT_CHAT_MODEL
+        from marginalia_core.errors import MarginaliaError
+        from marginalia_core.providers import openai_client
+
         s = self.settings
+        names = {s.embedder_name, s.answerer_name}
+        if "openai" in names:
+            mode = "Model server"
+        elif "gemini" in names:
+            mode = "Gemini"
+        else:
+            mode = "Offline"
+        server = ""
+        if "openai" in names:
+            try:
+                server = openai_client.server_label(openai_client.base_url(s))
+            except MarginaliaError:
+                server = ""
+        model = {"gemini": s.chat_model or DEFAULT_CHAT_MODEL, "openai": s.chat_model or ""}.get(
+            s.answerer_name, ""
+        )
         return {
-            "mode": "Gemini" if s.embedder_name == "gemini" or s.answerer_name == "gemini"
-            else "Offline",
+            "mode": mode,
             "embedder": s.embedder_name,
             "answerer": s.answerer_name,
-            "chat_model": s.chat_model if s.answerer_name == "gemini" else "",
+            "chat_model": model,
+            "model": model,
+            "server": server,
+            "embed_model": (s.embed_model or "") if s.embedder_name == "openai" else "",
             "retrieval": s.retrieval_mode,
             "db": s.db_path,
         }
+
+    def list_models(self) -> list[str]:
+        """Model ids the OpenAI-compatible server offers (``GET /v1/models``), for a model
+        picker; ``ModelServerError`` with a plain message when it offers none or is down."""
+        from marginalia_core.providers import openai_client
+
+        return openai_client.list_models(self.settings)
 
     def close(self) -> None:
         if "store" in self.__dict__:

@@ -8,6 +8,7 @@ term, see KEYWORD_RESCUE); lexical mode keeps every BM25 match.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,7 +165,20 @@ class Retriever:
         self.store = store
         self.embedder = embedder
         self.settings = settings
-        self.index = VectorIndex(store, embedder.model, embedder.dimension)
+        self._index: VectorIndex | None = None
+        self._index_lock = threading.Lock()
+
+    @property
+    def index(self) -> VectorIndex:
+        """Built on first use: a remote embedder may only learn its dimension from the server,
+        and a failure there belongs to the search (an error event), not to start-up."""
+        if self._index is None:
+            with self._index_lock:
+                if self._index is None:
+                    self._index = VectorIndex(
+                        self.store, self.embedder.model, self.embedder.dimension
+                    )
+        return self._index
 
     @property
     def threshold(self) -> float:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 ANSWERERS: dict[str, type | str] = {
     "gemini": "marginalia_core.providers.answerers.gemini:GeminiAnswerer",
     "extractive": "marginalia_core.providers.answerers.extractive:ExtractiveAnswerer",
+    "openai": "marginalia_core.providers.answerers.openai:OpenAIAnswerer",
 }
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from marginalia_core.config import DEFAULT_CHAT_MODEL
 from marginalia_core.errors import AnswerError, MarginaliaError
 from marginalia_core.providers.answerers.base import HistoryTurn, Source
 from marginalia_core.providers.gemini_client import (
@@ -63,7 +64,7 @@ class GeminiAnswerer:
         temperature: float = CHAT_TEMPERATURE,
         deadline_s: float | None = None,
     ):
-        self.model = settings.chat_model
+        self.model = settings.chat_model or DEFAULT_CHAT_MODEL
         self._api_key = settings.gemini_api_key
         self.retry = retry or RetryPolicy()
         self.temperature = temperature

@@ -16,6 +16,7 @@ from marginalia_core.registry import resolve
 EMBEDDERS: dict[str, type | str] = {
     "local": "marginalia_core.providers.embeddings.local:LocalEmbedder",
     "gemini": "marginalia_core.providers.embeddings.gemini:GeminiEmbedder",
+    "openai": "marginalia_core.providers.embeddings.openai:OpenAIEmbedder",
 }
 
 
