@@ -1,5 +1,5 @@
 """Shared fixtures: real SQLite files in temporary folders, the real local embedder (loaded once),
-the fake Gemini server, and paths to ../shared/eval."""
+the fake Gemini and OpenAI-compatible servers, and paths to ../shared/eval."""
 
 from __future__ import annotations
 
@@ -17,8 +17,11 @@ SAMPLES = ROOT / "samples"
 os.environ["HF_HUB_OFFLINE"] = "1"
 for var in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
     os.environ.pop(var, None)
+for var in [v for v in os.environ if v.startswith("OPENAI_")]:  # a developer's own server/key
+    os.environ.pop(var, None)
 
 from fake_gemini import fake_gemini_fixture, fake_gemini_server_fixture  # noqa: E402,F401
+from fake_openai import fake_openai_fixture, fake_openai_server_fixture  # noqa: E402,F401
 
 from marginalia_core.config import Settings  # noqa: E402
 from marginalia_core.store.sqlite import Store  # noqa: E402
@@ -27,7 +30,11 @@ from marginalia_core.store.sqlite import Store  # noqa: E402
 def offline_cli_env() -> dict[str, str]:
     """Environment for a ``python -m marginalia_core`` subprocess: offline, no key, this repo
     importable, and none of the developer's own Marginalia settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MARGINALIA_", "GEMINI_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MARGINALIA_", "GEMINI_", "OPENAI_"))
+    }
     env.pop("GOOGLE_API_KEY", None)
     env.pop("GOOGLE_GEMINI_BASE_URL", None)
     env["HF_HUB_OFFLINE"] = "1"
