@@ -460,7 +460,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str, endpoint: str, body: Any, auth: str | None) -> None:
         fake, st = self.fake, self.st
         if st.require_key is not None and auth != f"Bearer {st.require_key}":
-            return self._send_json(401, error_body(401))
+            # like api.openai.com, the message quotes the key it was given (clients must scrub it)
+            given = (auth or "").removeprefix("Bearer ")
+            return self._send_json(401, error_body(401, f"Incorrect API key provided: {given}."))
         expected = {"chat": "POST", "embed": "POST", "models": "GET"}.get(endpoint)
         if expected != method:
             return self._send_json(404, error_body(404, f"Unknown route {method} {self.path}."))

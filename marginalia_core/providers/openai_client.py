@@ -10,6 +10,7 @@ retried only before its first token. Every request is bounded by ``settings.open
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -154,12 +155,41 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, openai.APIConnectionError)  # includes APITimeoutError
 
 
+def _scrubbed(value: Any, secret: str) -> Any:
+    if isinstance(value, str):
+        return scrub_secret(value, secret)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, secret) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_scrubbed(v, secret) for v in value)
+    return value
+
+
+def scrub_exception(exc: BaseException, secret: str | None) -> None:
+    """Remove ``secret`` from an SDK exception in place (its args, message and error body):
+    servers such as api.openai.com quote the key they were sent in a 401, and the exception
+    stays chained as the ``__cause__`` of ours, where a log or traceback would print it."""
+    if not secret:
+        return
+    exc.args = _scrubbed(exc.args, secret)
+    for attr in ("message", "body"):
+        if isinstance(getattr(exc, attr, None), str | dict | list):
+            with contextlib.suppress(AttributeError):
+                setattr(exc, attr, _scrubbed(getattr(exc, attr), secret))
+
+
 def describe_error(
-    exc: BaseException, *, server: str, model: str | None = None, api_key: str | None = None
+    exc: BaseException,
+    *,
+    server: str,
+    model: str | None = None,
+    api_key: str | None = None,
+    model_setting: str = "MARGINALIA_CHAT_MODEL",
 ) -> str:
     """A plain, user-facing sentence for an SDK/HTTP failure. Never contains the API key."""
     import openai
 
+    scrub_exception(exc, api_key)
     code = _status(exc)
     what = f"the model server at {server}"
     where = f"The model server at {server}"
@@ -178,9 +208,8 @@ def describe_error(
         )
     elif is_model_not_found(exc) or (code == 404 and model):
         msg = (
-            f"The model {model!r} is not available on {what} (HTTP {code}). Check "
-            "MARGINALIA_CHAT_MODEL / MARGINALIA_EMBED_MODEL against the server's model list "
-            "(for Ollama: `ollama pull` it first)."
+            f"The model {model!r} is not available on {what} (HTTP {code}). Set "
+            f"{model_setting} to one the server lists (for Ollama: `ollama pull` it first)."
         )
     elif code == 429:
         msg = f"{where} is rate limiting requests (HTTP 429). Try again in a moment."

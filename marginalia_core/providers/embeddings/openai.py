@@ -143,7 +143,11 @@ class OpenAIEmbedder(EmbedderBase):
 
     def _error(self, exc: BaseException) -> EmbeddingError:
         message = openai_client.describe_error(
-            exc, server=self.server, model=self.model_name, api_key=self._api_key
+            exc,
+            server=self.server,
+            model=self.model_name,
+            api_key=self._api_key,
+            model_setting="MARGINALIA_EMBED_MODEL",
         )
         if openai_client.is_auth_error(exc):
             return AuthenticationError(message)
