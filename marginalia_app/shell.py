@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import streamlit as st
 
 from marginalia_app import presentation as fmt
 from marginalia_core.config import Settings, load_settings
+from marginalia_core.errors import MarginaliaError
 from marginalia_core.workspace import Workspace
 
 # Absolute, so the pages resolve whichever script Streamlit started from.
@@ -39,6 +41,9 @@ CSS = """
 </style>
 """
 
+CHAT_MODEL_KEY = "chat_model_choice"  # session state: the model picked in the sidebar
+MODEL_LIST_TTL_S = 30  # seconds the server's model list is reused before asking again
+
 _run = threading.local()  # Streamlit runs each session's script on its own thread
 
 
@@ -54,22 +59,42 @@ def secrets_mapping() -> dict[str, Any]:
 
 
 def _settings_key(settings: Settings) -> str:
-    # repr() leaves the key out; a digest of it still makes a changed key a new workspace
-    digest = hashlib.sha256((settings.gemini_api_key or "").encode()).hexdigest()[:16]
+    # repr() leaves the keys out; a digest of them still makes a changed key a new workspace
+    secrets = f"{settings.gemini_api_key or ''}|{settings.openai_api_key or ''}"
+    digest = hashlib.sha256(secrets.encode()).hexdigest()[:16]
     return f"{settings!r}|{digest}"
 
 
 @st.cache_resource(show_spinner=False)
+def _embedder(key: str, _settings: Settings) -> Any:
+    """One embedder per embedding setting: choosing another chat model reuses it."""
+    return Workspace(_settings).embedder
+
+
+@st.cache_resource(show_spinner=False)
 def _workspace(key: str, _settings: Settings) -> Workspace:
-    ws = Workspace(_settings)
-    _ = ws.embedder  # load the model once per process, not on the first question
-    return ws
+    # load the embedding model once per process, not on the first question
+    base = replace(_settings, chat_model=None, answerer=None)
+    return Workspace(_settings, embedder=_embedder(_settings_key(base), base))
 
 
 def workspace() -> Workspace:
-    """The process-wide Workspace for the current settings (environment, then secrets)."""
+    """The process-wide Workspace for the current settings (environment, then secrets), with
+    the chat model this session picked in the sidebar (model servers only)."""
     settings = load_settings(secrets=secrets_mapping())
+    chosen = st.session_state.get(CHAT_MODEL_KEY)
+    if chosen and settings.answerer_name == "openai":
+        settings = settings.with_overrides(chat_model=str(chosen))
     return _workspace(_settings_key(settings), settings)
+
+
+@st.cache_data(ttl=MODEL_LIST_TTL_S, show_spinner=False)
+def _server_models(key: str, _ws: Workspace) -> tuple[list[str], str]:
+    """(model ids, "") from the server's GET /v1/models, or ([], why not)."""
+    try:
+        return _ws.list_models(), ""
+    except MarginaliaError as exc:
+        return [], exc.message
 
 
 # --------------------------------------------------------------------------- the shell
@@ -119,17 +144,58 @@ def page() -> Workspace:
 def mode_lines(ws: Workspace) -> tuple[str, str, str]:
     """(mode, embeddings line, answers line) for the sidebar."""
     summary = ws.mode_summary()
-    embedder = ws.embedder
+    server = summary["server"] or "no server set (OPENAI_BASE_URL)"
     if summary["embedder"] == "local":
-        embed = f"{embedder.model} · on this computer"
+        embed = f"{ws.embedder.model} · on this computer"
+    elif summary["embedder"] == "openai":
+        embed = f"{summary['embed_model']} · {server}"
     else:
-        embed = f"{embedder.model} · Gemini API"
-    answerer = ws.answerer
+        embed = f"{ws.embedder.model} · Gemini API"
     if summary["answerer"] == "extractive":
         answer = "extractive · quotes the best sentences"
+    elif summary["answerer"] == "openai":
+        answer = f"{summary['model'] or 'no model set'} · {server}"
     else:
-        answer = f"{getattr(answerer, 'model', summary['chat_model'])} · Gemini API"
+        answer = f"{getattr(ws.answerer, 'model', summary['chat_model'])} · Gemini API"
     return summary["mode"], embed, answer
+
+
+def _pick_chat_model(choice: str) -> None:
+    st.session_state[CHAT_MODEL_KEY] = (st.session_state.get(choice) or "").strip() or None
+
+
+def render_model_picker(ws: Workspace) -> None:
+    """The chat model, for a model server: a select from its GET /v1/models when it offers a
+    list, a text box when it does not. The choice lasts for this browser session."""
+    if ws.settings.answerer_name != "openai":
+        return
+    current = ws.settings.chat_model or ""
+    models, why_not = _server_models(_settings_key(replace(ws.settings, chat_model=None)), ws)
+    if models:
+        options = models if current in models or not current else [current, *models]
+        st.selectbox(
+            "Chat model",
+            options,
+            index=options.index(current) if current in options else None,
+            placeholder="Choose a model",
+            key="chat_model_select",
+            on_change=_pick_chat_model,
+            args=("chat_model_select",),
+            help="Models the server lists (GET /v1/models). Sets MARGINALIA_CHAT_MODEL "
+            "for this session.",
+        )
+    else:
+        st.text_input(
+            "Chat model",
+            value=current,
+            key="chat_model_text",
+            on_change=_pick_chat_model,
+            args=("chat_model_text",),
+            placeholder="e.g. llama3.2",
+            help="The server does not list its models; type the name it serves.",
+        )
+        if why_not:
+            st.caption(fmt.escape_inline(why_not))
 
 
 
@@ -165,11 +231,14 @@ def render_sidebar(ws: Workspace) -> None:
         mode, embed, answer = mode_lines(ws)
         if mode == "Gemini":
             st.badge("Gemini mode", icon=":material/cloud:", color="violet")
+        elif mode == "Model server":
+            st.badge("Model server mode", icon=":material/dns:", color="blue")
         else:
             st.badge("Offline mode", icon=":material/wifi_off:", color="green")
         st.caption(
             f"**Embeddings** {fmt.escape_inline(embed)}  \n**Answers** {fmt.escape_inline(answer)}"
         )
+        render_model_picker(ws)
         st.button(
             "New conversation",
             icon=":material/add_comment:",

@@ -41,9 +41,13 @@ class ChunkPreview:
 
 
 class Workspace:
-    def __init__(self, settings: Settings | None = None):
+    def __init__(self, settings: Settings | None = None, *, embedder: Embedder | None = None):
+        """``embedder``: an already loaded one to share (the app keeps one per embedding
+        setting, so choosing another chat model does not load the embedding model again)."""
         self.settings = settings or load_settings()
         self._lock = threading.Lock()
+        if embedder is not None:
+            self.__dict__["embedder"] = embedder
 
     # ------------------------------------------------------------------ wiring
 

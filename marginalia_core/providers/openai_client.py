@@ -28,6 +28,7 @@ OPENAI_API_URL = "https://api.openai.com/v1"
 # placeholder llama.cpp's own docs use).
 NO_KEY_PLACEHOLDER = "sk-no-key-required"
 CONNECT_TIMEOUT_S = 5.0
+LIST_MODELS_TIMEOUT_S = 3.0  # the sidebar waits for this, so a hung server cannot stall a page
 MAX_DETAIL_CHARS = 300  # of a server's error message quoted to the user
 CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 CONTEXT_WORDS = ("context length", "context size", "context window", "maximum context", "too long")
@@ -249,7 +250,10 @@ def list_models(settings: Settings, *, client: Any = None) -> list[str]:
     Raises ``ModelServerError`` with a plain message when the server cannot be reached or does
     not offer the list (some servers answer 404 or an empty list)."""
     server = server_label(base_url(settings))
-    client = client if client is not None else make_client(settings)
+    if client is None:
+        client = make_client(
+            settings, timeout_s=min(LIST_MODELS_TIMEOUT_S, settings.openai_timeout_s)
+        )
     try:
         page = client.models.list()
         ids = sorted({str(m.id) for m in page.data if getattr(m, "id", None)})
