@@ -312,3 +312,23 @@ def test_browser_chat_streams_from_the_model_server(fake_openai, tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.mark.parametrize("page", [None, "pages/documents.py", "pages/inspector.py"])
+def test_every_page_renders_when_the_server_is_down(openai_env, db_path, monkeypatch, page):
+    _seed(openai_env, db_path)
+    with type(openai_env)() as gone:
+        dead = gone.base_url
+    monkeypatch.setenv("OPENAI_BASE_URL", dead)
+    monkeypatch.setenv("MARGINALIA_CHAT_MODEL", "never-dimension-probed")
+    monkeypatch.setenv("MARGINALIA_EMBED_MODEL", "never-dimension-probed")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    if page:
+        at.switch_page(page).run()
+        assert not at.exception
+    else:
+        at.chat_input[0].set_value(QUESTION).run()
+        assert not at.exception
+        assert at.error and "Could not connect" in at.error[0].value.replace("\\", "")
+    assert SECRET_KEY not in _everything(at)

@@ -236,3 +236,24 @@ def test_every_ingest_fault_ends_in_an_error_event_with_nothing_written(
     assert end["message"] and SECRET_KEY not in end["message"]
     assert store.conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0] == 0
     assert len(fake_openai.requests_for("embed")) <= 3
+
+
+def test_the_library_tells_a_restarted_process_the_dimension(fake_openai, db_path):
+    """After a restart nothing was embedded yet; listing the library and opening the index
+    take the size its documents recorded instead of asking the (here: failing) server."""
+    from marginalia_core.providers.embeddings import openai as openai_embeddings
+
+    model = fresh_model(fake_openai, dim=40)
+    ws = Workspace(fake_openai.settings(db_path=str(db_path), embed_model=model))
+    assert list(ws.ingest("mill.txt", MILL.encode()))[-1]["type"] == "done"
+    key = ws.embedder.model
+    ws.close()
+    openai_embeddings._dims.pop(key)  # what a new process starts with
+    fake_openai.fail_next(500, times=50, endpoint="embed")
+    before = len(fake_openai.requests_for("embed"))
+    ws = Workspace(fake_openai.settings(db_path=str(db_path), embed_model=model))
+    (doc,) = ws.documents()
+    assert ws.is_searchable(doc) and ws.stale_documents() == [] and ws.mismatch() is None
+    assert ws.retriever.index is not None and ws.embedder.dimension == 40
+    assert len(fake_openai.requests_for("embed")) == before  # no probe went out
+    ws.close()

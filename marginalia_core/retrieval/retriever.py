@@ -15,7 +15,7 @@ import numpy as np
 
 from marginalia_core import events
 from marginalia_core.config import Settings
-from marginalia_core.errors import EmbedderMismatchError
+from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.ranking import Scored, VectorIndex, top_k
@@ -167,6 +167,7 @@ class Retriever:
         self.settings = settings
         self._index: VectorIndex | None = None
         self._index_lock = threading.Lock()
+        self._seeded = False
 
     @property
     def index(self) -> VectorIndex:
@@ -175,10 +176,24 @@ class Retriever:
         if self._index is None:
             with self._index_lock:
                 if self._index is None:
-                    self._index = VectorIndex(
-                        self.store, self.embedder.model, self.embedder.dimension
-                    )
+                    self._index = VectorIndex(self.store, self.embedder.model, self._dimension())
         return self._index
+
+    def _dimension(self) -> int:
+        """The active embedder's dimension. A remote one that has not embedded anything yet is
+        first told the size its documents recorded, so listing the library or opening the
+        index needs no request to the server (pages render while it is down)."""
+        if not self._seeded:
+            remember = getattr(self.embedder, "remember_dimension", None)
+            if remember is not None:
+                dims = {d for m, d in self.store.embedder_counts() if m == self.embedder.model}
+                if len(dims) == 1:
+                    remember(dims.pop())
+            self._seeded = True
+        return self.embedder.dimension
+
+    def _is_active(self, model: str, dimension: int) -> bool:
+        return model == self.embedder.model and dimension == self._dimension()
 
     @property
     def threshold(self) -> float:
@@ -190,14 +205,12 @@ class Retriever:
         return {
             key: n
             for key, n in self.store.embedder_counts().items()
-            if key != (self.embedder.model, self.embedder.dimension)
+            if not self._is_active(*key)
         }
 
     def is_searchable(self, document: dict) -> bool:
         """Indexed by the active embedder, so it takes part in search."""
-        return (document["embed_model"], document["embed_dim"]) == (
-            self.embedder.model, self.embedder.dimension
-        )
+        return self._is_active(document["embed_model"], document["embed_dim"])
 
     def stale_documents(self) -> list[dict]:
         """Documents indexed by another embedder: the ones a re-index would bring back."""
@@ -209,9 +222,13 @@ class Retriever:
             return None
         count = sum(others.values())
         models = ", ".join(f"{m} ({d} d)" for m, d in others)
+        try:
+            active = f"{self.embedder.model} ({self._dimension()} d)"
+        except MarginaliaError:  # a model server that is down: its size is unknown yet
+            active = self.embedder.model
         return EmbedderMismatchError(
             f"{count} document(s) were indexed with {models}, not the active embedder "
-            f"{self.embedder.model} ({self.embedder.dimension} d), so they are left out of "
+            f"{active}, so they are left out of "
             "search. Re-index them (Documents page, or `python -m marginalia_core reindex`)."
         )
 

@@ -93,6 +93,12 @@ class OpenAIEmbedder(EmbedderBase):
                 known = _dims[self.model]
         return known
 
+    def remember_dimension(self, dim: int) -> None:
+        """Take the size the library recorded for this key (no probe needed); a server that
+        later answers with another size is reported by ``_learn``."""
+        with _dims_lock:
+            _dims.setdefault(self.model, int(dim))
+
     def _learn(self, dim: int) -> None:
         with _dims_lock:
             known = _dims.setdefault(self.model, dim)
