@@ -154,7 +154,7 @@ def mode_lines(ws: Workspace) -> tuple[str, str, str]:
     if summary["answerer"] == "extractive":
         answer = "extractive · quotes the best sentences"
     elif summary["answerer"] == "openai":
-        answer = f"{summary['model'] or 'no model set'} · {server}"
+        answer = f"{summary['chat_model'] or 'no model set'} · {server}"
     else:
         answer = f"{getattr(ws.answerer, 'model', summary['chat_model'])} · Gemini API"
     return summary["mode"], embed, answer

@@ -90,7 +90,7 @@ class Workspace:
         """What the UI and CLI show as the active mode; never includes a key.
 
         ``server`` is the OpenAI-compatible server's address when one is in use ("" otherwise,
-        or when it is not configured); ``model`` the answer model ("" for the extractive one),
+        or when it is not configured); ``chat_model`` the answer model ("" for the extractive one),
         ``embed_model`` the server-side embedding model."""
         from marginalia_core.config import DEFAULT_CHAT_MODEL
         from marginalia_core.errors import MarginaliaError
@@ -118,7 +118,6 @@ class Workspace:
             "embedder": s.embedder_name,
             "answerer": s.answerer_name,
             "chat_model": model,
-            "model": model,
             "server": server,
             "embed_model": (s.embed_model or "") if s.embedder_name == "openai" else "",
             "retrieval": s.retrieval_mode,

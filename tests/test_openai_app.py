@@ -82,7 +82,7 @@ def test_mode_summary_names_server_and_model(fake_openai, db_path):
     summary = ws.mode_summary()
     assert summary["mode"] == "Model server"
     assert summary["server"] == fake_openai.base_url
-    assert (summary["model"], summary["embed_model"]) == (CHAT_MODEL, EMBED_MODEL)
+    assert (summary["chat_model"], summary["embed_model"]) == (CHAT_MODEL, EMBED_MODEL)
     assert SECRET_KEY not in json.dumps(summary)
     offline = Workspace(Settings(db_path=str(db_path), embedder="local", answerer="extractive"))
     assert offline.mode_summary()["mode"] == "Offline" and offline.mode_summary()["server"] == ""
