@@ -42,6 +42,14 @@ def offline_cli_env() -> dict[str, str]:
     return env
 
 
+@pytest.fixture(autouse=True)
+def _no_openai_environment(monkeypatch):
+    """Every test starts without OPENAI_* variables (a developer's server or key, or one a
+    previous test set without monkeypatch), so nothing reaches a real model server."""
+    for var in [v for v in os.environ if v.startswith("OPENAI_")]:
+        monkeypatch.delenv(var)
+
+
 def requires_eval(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is not present (../shared/eval is read-only shared data)")

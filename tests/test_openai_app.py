@@ -77,6 +77,20 @@ def test_subprocess_environment_drops_the_developers_openai_settings(monkeypatch
     assert not [k for k in env if k.startswith("OPENAI_")]
 
 
+def test_no_test_sees_a_developers_openai_settings():
+    assert not [k for k in os.environ if k.startswith("OPENAI_")]
+    assert load_settings().openai_base_url is None and load_settings().openai_api_key is None
+
+
+def test_the_server_label_never_carries_credentials():
+    from marginalia_core.providers.openai_client import base_url, server_label
+
+    url = base_url(Settings(openai_base_url="https://user:hunter2@Models.Example:8443/v1/?k=zz"))
+    assert server_label(url) == "https://models.example:8443/v1"
+    assert base_url(Settings(openai_base_url="localhost:11434")) == "http://localhost:11434/v1"
+    assert base_url(Settings(openai_api_key=SECRET_KEY)) == "https://api.openai.com/v1"
+
+
 def test_mode_summary_names_server_and_model(fake_openai, db_path):
     ws = Workspace(fake_openai.settings(db_path=str(db_path), openai_api_key=SECRET_KEY))
     summary = ws.mode_summary()
