@@ -346,3 +346,25 @@ def test_every_page_renders_when_the_server_is_down(openai_env, db_path, monkeyp
         assert not at.exception
         assert at.error and "Could not connect" in at.error[0].value.replace("\\", "")
     assert SECRET_KEY not in _everything(at)
+
+
+def test_a_missing_embed_model_is_said_at_start_not_a_traceback(openai_env, monkeypatch):
+    monkeypatch.delenv("MARGINALIA_EMBED_MODEL")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    message = at.error[0].value.replace("\\", "") if at.error else ""
+    assert "could not start" in message and "MARGINALIA_EMBED_MODEL" in message
+
+
+def test_cli_without_a_server_is_an_error_event(tmp_path):
+    env = {**offline_cli_env(), "MARGINALIA_ANSWERER": "openai", "MARGINALIA_EMBEDDER": "local",
+           "MARGINALIA_CHAT_MODEL": "llama3.2", "MARGINALIA_DB": str(tmp_path / "m.db")}
+    doc = tmp_path / "sourdough.md"
+    doc.write_bytes(SOURDOUGH)
+    subprocess.run([sys.executable, "-m", "marginalia_core", "ingest", str(doc)],
+                   cwd=ROOT, env=env, capture_output=True, timeout=120, check=True)
+    proc = subprocess.run([sys.executable, "-m", "marginalia_core", "ask", QUESTION],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    last = json.loads(proc.stdout.splitlines()[-1])
+    assert proc.returncode != 0 and last["type"] == "error"
+    assert "OPENAI_BASE_URL" in last["message"] and "Traceback" not in proc.stderr
