@@ -18,7 +18,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,21 @@ SQUAD_DIR = SHARED_EVAL / "squad-v1.1-dev"
 PDF_DIR = SHARED_EVAL / "pdfs"
 GEOTOPO = PDF_DIR / "sf__GeoTopo-komprimiert.pdf"
 
-for p in (str(REPO), str(BENCH), str(REPO / "tests")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+
+
+def test_helper(name: str) -> Any:
+    """A module from tests/ (the fake model servers), loaded by file path: benchmarks drive the
+    same fakes as the tests without putting tests/ on sys.path."""
+    import importlib.util
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / f"{name}.py")
+    assert spec and spec.loader, name
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 # --------------------------------------------------------------------------- machine
@@ -180,6 +192,30 @@ def summary_ms(seconds: Iterable[float]) -> dict[str, float]:
     }
 
 
+def time_calls(fn: Callable[[], Any], n: int, warmup: int = 0) -> list[float]:
+    """Seconds per call of ``fn`` over ``n`` timed calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...`` then ``sw.seconds``; for one-off phases (load, index)."""
+
+    def __enter__(self) -> Stopwatch:
+        self._t0 = time.perf_counter()
+        self.seconds = float("nan")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._t0
+
+
 def ratio(a: float, b: float) -> float:
     return round(a / b, 3) if b else float("nan")
 
@@ -214,6 +250,12 @@ def reset_peak_rss() -> bool:
 # --------------------------------------------------------------------------- results
 
 
+def provenance() -> dict[str, Any]:
+    """What every recorded result carries: the command that produced it, when, and the machine."""
+    return {"command": command_line(), "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": machine()}
+
+
 def write_result(name: str, run: str, payload: dict[str, Any]) -> Path:
     """Merge ``payload`` into results/<name>.json under ``run`` ("full" / "quick" / ...)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -224,12 +266,7 @@ def write_result(name: str, run: str, payload: dict[str, Any]) -> Path:
             data = json.loads(path.read_text())
         except json.JSONDecodeError:
             data = {}
-    data[run] = {
-        "command": command_line(),
-        "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": machine(),
-        **payload,
-    }
+    data[run] = {**provenance(), **payload}
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=_jsonable) + "\n")
     tmp.replace(path)

@@ -230,7 +230,7 @@ def synthetic_texts(n: int) -> list[str]:
 
 
 def bench_gemini(sizes: list[int], concurrencies: list[int], latency: float, ingest_n: int) -> dict[str, Any]:
-    from fake_gemini import FakeGeminiServer
+    FakeGeminiServer = C.test_helper("fake_gemini").FakeGeminiServer
 
     from marginalia_core.providers.embeddings.gemini import MAX_BATCH, GeminiEmbedder
 

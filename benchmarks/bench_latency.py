@@ -126,7 +126,7 @@ def main() -> int:
             C.log(f"[latency] offline: meta p50 {res['modes']['offline']['to_meta']['p50_ms']} ms, "
                   f"first token p50 {res['modes']['offline']['to_first_token']['p50_ms']} ms")
         if "gemini" in modes:
-            import fake_gemini
+            fake_gemini = C.test_helper("fake_gemini")
 
             # The fake's hashed bag-of-words vectors are not semantic: at Gemini's 0.35 default
             # threshold most SQuAD questions retrieve nothing and get the canned reply without

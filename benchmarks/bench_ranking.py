@@ -299,7 +299,7 @@ def measure_queries(store: Store, index: VectorIndex, queries: np.ndarray, targe
     threads = C.blas_threads()
     emb = StubEmbedder()
     retr = Retriever(store, emb, Settings(db_path=store.path, top_k=K))
-    retr.index = index  # share the matrix (no second 3 GB load at 1M)
+    retr._index = index  # share the matrix (no second 3 GB load at 1M)
     words = random.Random(SEED + len(ids))
     texts = []
     for t in targets:
@@ -486,9 +486,8 @@ def measure_naive(path: Path, queries: np.ndarray, n_numpy: int, n_pure: int) ->
 
 CORETYPE_PROBE = r"""
 import json, sys, time, numpy as np
-sys.path.insert(0, sys.argv[1])
 import _common as C
-n, dim, reps = int(sys.argv[2]), 768, int(sys.argv[3])
+n, dim, reps = int(sys.argv[1]), 768, int(sys.argv[2])
 rng = np.random.default_rng(1)
 m = rng.standard_normal((n, dim), dtype=np.float32); m /= np.linalg.norm(m, axis=1, keepdims=True)
 qs = rng.standard_normal((reps + 5, dim), dtype=np.float32)
@@ -508,7 +507,7 @@ def coretype_compare(n: int, reps: int, rounds: int = 2) -> dict[str, Any]:
     for _ in range(rounds):
         for label, env in (("as_set", dict(os.environ)), ("unset", env_unset)):
             res = subprocess.run(
-                [sys.executable, "-c", CORETYPE_PROBE, str(C.BENCH), str(n), str(reps)],
+                [sys.executable, "-c", CORETYPE_PROBE, str(n), str(reps)], cwd=C.BENCH,
                 env=env, capture_output=True, text=True, check=True,
             )
             runs[label].append(json.loads(res.stdout.strip().splitlines()[-1]))

@@ -14,6 +14,7 @@ import os
 import random
 import time
 
+import _common as C
 from scifact_eval import RESULTS, chunker, load_corpus, make_embedder
 
 
@@ -34,6 +35,7 @@ def main() -> int:
             rate = args.n / (time.perf_counter() - t0)
             best[name] = max(best.get(name, 0.0), rate)
     out = {
+        **C.provenance(),
         "sample_chunks": args.n,
         "mean_chars": round(sum(map(len, sample)) / len(sample)),
         "chunking": params,

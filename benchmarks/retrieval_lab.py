@@ -31,9 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+import _common as C
+
+REPO = C.REPO
 
 from _cache import CACHE_DIR, EmbeddingCache  # noqa: E402
 
@@ -279,9 +279,8 @@ def main(argv=None) -> int:
     if not args.no_save:
         path = RESULTS / "retrieval_lab.json"
         stored = json.loads(path.read_text()) if path.exists() else {}
-        stored[args.split] = {"command": command.strip(), "datasets": res,
+        stored[args.split] = {**C.provenance(), "command": command.strip(), "datasets": res,
                               "seconds": round(time.perf_counter() - t0, 1),
-                              "recorded": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "load_average": os.getloadavg()}
         path.write_text(json.dumps(stored, indent=1) + "\n")
         md = ["# Retrieval lab: dense, lexical and hybrid on three evaluations", "",

@@ -21,11 +21,9 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
+import _common as C
 
 OURS = ["ranking", "ingest", "latency", "squad_chunking"]
 SCRIPTS = {

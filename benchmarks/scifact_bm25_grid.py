@@ -135,5 +135,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(CACHE_DIR.parents[1]))
     raise SystemExit(main())

@@ -31,11 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import _common as C
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+REPO = C.REPO
 
 from _cache import CACHE_DIR, EmbeddingCache  # noqa: E402
 
@@ -478,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     out = RESULTS / "scifact.json"
     results = json.loads(out.read_text()) if out.exists() else {}
     if not args.no_save:
-        results[result_key(res)] = res
+        results[result_key(res)] = {**res, **C.provenance()}
         RESULTS.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
         (RESULTS / "scifact.md").write_text(markdown(results) + "\n")

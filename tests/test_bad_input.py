@@ -509,7 +509,6 @@ def test_cli_ingests_every_eval_pdf_without_a_traceback(tmp_path, pdf_dir):
 
 MEASURE = r"""
 import json, sys, time
-sys.path.insert(0, sys.argv[1])
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.errors import ExtractionError
 from marginalia_core.ingest.extraction import extract
@@ -522,11 +521,11 @@ def peak_mb():  # VmHWM: this process's own peak RSS (ru_maxrss survives exec fr
     return 0.0
 
 
-data = open(sys.argv[2], "rb").read()
+data = open(sys.argv[1], "rb").read()
 before = peak_mb()
 started = time.monotonic()
 try:
-    ex = extract(sys.argv[3], data, max_bytes=50 * 1024 * 1024)
+    ex = extract(sys.argv[2], data, max_bytes=50 * 1024 * 1024)
     result, chunks = "indexed", len(chunk_text(ex.text, page_starts=ex.page_starts))
 except ExtractionError as err:
     result, chunks = err.reason, 0
@@ -542,7 +541,7 @@ BOMB_BOUND_MB = 1500.0
 def measure_extract(tmp_path: Path, name: str, data: bytes) -> dict:
     path = tmp_path / name
     path.write_bytes(data)
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(ROOT), str(path), name],
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(path), name], cwd=ROOT,
                           capture_output=True, text=True, timeout=BOMB_HANG_S)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
