@@ -18,7 +18,7 @@ from marginalia_core.config import Settings
 from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.retrieval import lexical
-from marginalia_core.retrieval.ranking import Scored, VectorIndex, top_k
+from marginalia_core.retrieval.ranking import Scored, VectorIndex
 from marginalia_core.store.sqlite import Store
 
 EXCERPT_CHARS = 280
@@ -237,15 +237,15 @@ class Retriever:
         candidate with its exact cosine and BM25: everything any mode, weight or threshold
         needs, so re-ranking (the Inspector's keyword weight, sweeps) embeds nothing again."""
         limit = max(lexical.CANDIDATES, int(limit or 0))
-        scored = self.index.score_all(self.embedder.embed_query(query))
-        if not len(scored.chunk_ids):
+        vector = self.embedder.embed_query(query)
+        top = self.index.search(vector, k=limit)
+        if not len(top.chunk_ids):
             return Candidates.empty(query)
-        top = top_k(scored, k=limit)
         dense, lex = lexical.filled_lists(
             self.store.conn,
             query,
             list(zip(top.chunk_ids.tolist(), top.scores.tolist())),
-            lambda ids: cosine_lookup(scored, ids),
+            lambda ids: self.index.cosine(vector, ids),
             limit=limit,
         )
         bm25 = dict(lex)

@@ -190,6 +190,16 @@ def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
     )
 
 
+
+@migration
+def m012_library_token(conn: sqlite3.Connection) -> None:
+    """A random token fixed for the life of the database: the quantised vector sidecar
+    (``<db>.vectors/``) records it, so codes written for another database that later sat at
+    the same path are rebuilt, never served."""
+    conn.execute(
+        "INSERT OR IGNORE INTO state (key, value) VALUES ('library_token', (random() & 4611686018427387903) + 1)"
+    )
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:
     the upgrade holds the write lock from reading what is pending to recording what it applied."""

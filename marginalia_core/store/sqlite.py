@@ -299,6 +299,80 @@ class Store:
             conn.execute("COMMIT")
         return counters, ids[:i], matrix[:i].astype(np.float32, copy=False)
 
+    def vector_pages(
+        self, embed_model: str, embed_dim: int, *, after_id: int = 0, page_rows: int = LOAD_PAGE_ROWS
+    ) -> Iterator[tuple[tuple[int, int], np.ndarray, np.ndarray]]:
+        """This embedder's (counters, ids, float32 rows) with id > ``after_id``, ascending, a page
+        at a time and all from one read snapshot: a quantised index is built from them without
+        ever holding the whole float32 matrix."""
+        conn = self.conn
+        row_bytes = embed_dim * VECTOR_DTYPE.itemsize
+        conn.execute("BEGIN")
+        try:
+            counters = self.counters(conn)
+            cur = conn.cursor()
+            cur.row_factory = None
+            cur.execute(
+                "SELECT c.id, c.embedding FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE d.embed_model = ? AND d.embed_dim = ? AND c.id > ? ORDER BY c.id",
+                (embed_model, embed_dim, int(after_id)),
+            )
+            while page := cur.fetchmany(page_rows):
+                ids = np.fromiter((r[0] for r in page), dtype=np.int64, count=len(page))
+                flat = b"".join(r[1] for r in page)
+                if len(flat) != len(page) * row_bytes:
+                    raise ValueError("a stored vector does not match the embedder's dimension")
+                yield counters, ids, np.frombuffer(flat, VECTOR_DTYPE).reshape(len(page), embed_dim)
+        finally:
+            conn.execute("COMMIT")
+
+    def vector_ids(self, embed_model: str, embed_dim: int) -> tuple[tuple[int, int], np.ndarray]:
+        """(counters, ascending ids) of this embedder's chunks: what a quantised index checks
+        its rows against after a deletion, without reading a single vector."""
+        conn = self.conn
+        conn.execute("BEGIN")
+        try:
+            counters = self.counters(conn)
+            cur = conn.cursor()
+            cur.row_factory = None
+            cur.execute(
+                "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE d.embed_model = ? AND d.embed_dim = ? ORDER BY c.id",
+                (embed_model, embed_dim),
+            )
+            ids = np.fromiter((r[0] for r in cur), dtype=np.int64)
+        finally:
+            conn.execute("COMMIT")
+        return counters, ids
+
+    def vectors_by_ids(self, chunk_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids found, float32 rows) for these chunk ids, ascending; deleted ids are absent.
+        The exact rescoring step of a quantised search reads its few candidates here."""
+        wanted = sorted({int(i) for i in chunk_ids})
+        got_ids: list[int] = []
+        blobs: list[bytes] = []
+        cur = self.conn.cursor()
+        cur.row_factory = None
+        for start in range(0, len(wanted), 500):
+            part = wanted[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for cid, blob in cur.execute(
+                f"SELECT id, embedding FROM chunks WHERE id IN ({marks}) ORDER BY id", part
+            ):
+                got_ids.append(cid)
+                blobs.append(blob)
+        ids = np.asarray(got_ids, dtype=np.int64)
+        if not blobs:
+            return ids, np.zeros((0, 0), dtype=np.float32)
+        rows = np.frombuffer(b"".join(blobs), VECTOR_DTYPE).reshape(len(blobs), -1)
+        return ids, rows.astype(np.float32, copy=False)
+
+    def library_token(self) -> int:
+        """A random number fixed when the database was created (m012): a sidecar index file
+        written for another database at the same path is never trusted."""
+        row = self.conn.execute("SELECT value FROM state WHERE key = 'library_token'").fetchone()
+        return int(row[0]) if row else 0
+
     def chunks_by_ids(self, chunk_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """Chunk rows (with document name) keyed by id; missing ids are simply absent."""
         out: dict[int, dict[str, Any]] = {}
