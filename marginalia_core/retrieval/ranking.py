@@ -39,8 +39,8 @@ from marginalia_core.store.sqlite import Store
 DEFAULT_TOP_K = 6
 QUANTISE_ABOVE_ROWS = 100_000  # below this the exact float32 matrix is both small and fast
 BLOCK_ROWS = 65_536  # growth unit of the code blocks (appends never copy earlier blocks)
-PRESELECT_FRACTION = 0.01  # share of rows the binary scan passes to the int8 stage
-PRESELECT_MIN = 4_000  # ... but at least this many (small quantised libraries)
+PRESELECT_FRACTION = 0.005  # share of rows the binary scan passes to the int8 stage
+PRESELECT_MIN = 2_000  # ... but at least this many (small quantised libraries)
 RESCORE_FACTOR = 4  # exact float32 rescoring of RESCORE_FACTOR x k int8 candidates
 RESCORE_MIN = 200  # ... and at least this many
 FIT_SAMPLE_ROWS = 50_000  # rows the mean and int8 scales are fitted on
@@ -49,6 +49,7 @@ SPOT_CHECK_ROWS = 8  # sidecar rows compared with the database at every load
 COMPACT_DEAD_FRACTION = 0.05  # rewrite the sidecar once this share of its rows is deleted
 SIDECAR_FORMAT = 1
 SCORE_ALL_BLOCK = 65_536  # rows dequantised at a time by score_all
+SCAN_SLICE = 32_768  # rows per step of the binary scan (its scratch stays in L2)
 
 
 @dataclass(frozen=True)
@@ -126,14 +127,23 @@ class _Block:
         self.codes[a:b] = codes
         self.n = b
 
-    def hamming(self, qbits: np.ndarray) -> np.ndarray:
-        n = self.n
-        dist = np.bitwise_count(self.bits_t[0, :n] ^ qbits[0]).astype(np.uint16)
-        for w in range(1, len(qbits)):
-            dist += np.bitwise_count(self.bits_t[w, :n] ^ qbits[w])
-        if not self.alive[:n].all():
-            dist[~self.alive[:n]] = np.iinfo(np.uint16).max
-        return dist
+    def hamming(self, qbits: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, np.ndarray]) -> None:
+        """Hamming distance of every row to ``qbits`` into ``out`` (uint16, length n); dead rows
+        get the maximum. Works through cache-sized slices with preallocated scratch, so the scan
+        allocates nothing per word."""
+        x64, c8 = scratch
+        for a in range(0, self.n, len(x64)):
+            z = min(self.n, a + len(x64))
+            d, x, c = out[a:z], x64[: z - a], c8[: z - a]
+            np.bitwise_xor(self.bits_t[0, a:z], qbits[0], out=x)
+            np.bitwise_count(x, out=c)
+            d[:] = c
+            for w in range(1, len(qbits)):
+                np.bitwise_xor(self.bits_t[w, a:z], qbits[w], out=x)
+                np.bitwise_count(x, out=c)
+                np.add(d, c, out=d)
+        if not self.alive[: self.n].all():
+            out[~self.alive[: self.n]] = np.iinfo(np.uint16).max
 
 
 class CodeIndex:
@@ -164,7 +174,10 @@ class CodeIndex:
 
     @property
     def nbytes(self) -> int:
-        return sum(b.ids.nbytes + b.bits_t.nbytes + b.codes.nbytes + b.alive.nbytes for b in self.blocks)
+        """Bytes of the filled rows: a block's free tail is calloc'd (np.zeros) and its pages
+        become resident only as rows are written into them."""
+        per_row = 8 + 8 * self.q.words + self.dim + 1
+        return sum(b.n for b in self.blocks) * per_row
 
     def append(self, ids: np.ndarray, bits: np.ndarray, codes: np.ndarray) -> None:
         """Add rows (ids above every present one) into the free tail, then new blocks."""
@@ -203,21 +216,26 @@ class CodeIndex:
     def candidates(self, query: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids, approximate centred scores) of the ``count`` best rows by int8 score,
         among the rows the binary scan pre-selected."""
-        centered = np.asarray(query, dtype=np.float32) - self.q.mean
-        qbits = self.q.bits(centered)[0]
-        dists = [b.hamming(qbits) for b in self.blocks if b.n]
+        # the int8 stage ranks by q.(x - mean), exactly the cosine order; the binary scan
+        # compares signs of the centred query and rows (measured: the uncentred query's signs
+        # mostly repeat the mean's and lose neighbours on libraries with a strong mean)
+        query = np.asarray(query, dtype=np.float32)
+        qbits = self.q.bits(query - self.q.mean)[0]
         blocks = [b for b in self.blocks if b.n]
-        if not dists:
+        if not blocks:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        dist = np.concatenate(dists) if len(dists) > 1 else dists[0]
+        offsets = np.cumsum([0] + [b.n for b in blocks])
+        dist = np.empty(offsets[-1], dtype=np.uint16)
+        scratch = (np.empty(SCAN_SLICE, np.uint64), np.empty(SCAN_SLICE, np.uint8))
+        for i, b in enumerate(blocks):
+            b.hamming(qbits, dist[offsets[i] : offsets[i + 1]], scratch)
         live = len(self)
         want = min(live, max(PRESELECT_MIN, int(live * PRESELECT_FRACTION), count))
         # the distances are small integers: a histogram gives the cut-off without a sort
         hist = np.bincount(dist, minlength=self.q.words * 64 + 1)
         cut = int(np.searchsorted(np.cumsum(hist), want))
         pos = np.flatnonzero(dist <= min(cut, self.q.words * 64))
-        weights = (self.q.scale * centered).astype(np.float32)
-        offsets = np.cumsum([0] + [b.n for b in blocks])
+        weights = (self.q.scale * query).astype(np.float32)
         ids_parts, score_parts = [], []
         for i, b in enumerate(blocks):
             lo, hi = np.searchsorted(pos, [offsets[i], offsets[i + 1]])
@@ -235,8 +253,8 @@ class CodeIndex:
 
     def approx_scores(self, query: np.ndarray) -> Scored:
         """int8-approximate cosine of every live row (ascending ids), dequantised block-wise."""
-        centered = np.asarray(query, dtype=np.float32) - self.q.mean
-        weights = (self.q.scale * centered).astype(np.float32)
+        query = np.asarray(query, dtype=np.float32)
+        weights = (self.q.scale * query).astype(np.float32)
         offset = float(np.dot(query, self.q.mean))
         ids_parts, score_parts = [], []
         for b in self.blocks:
