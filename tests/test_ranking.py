@@ -151,6 +151,15 @@ def test_small_library_keeps_the_exact_path(big):
     q = _clustered(1, seed=3)[0]
     assert index.search(q, k=10).chunk_ids.tolist() == ids[np.argsort(-(x @ q), kind="stable")[:10]].tolist()
     assert sidecar_dir(store.path, "q", QDIM).exists() is False
+    # growing past the threshold swaps the float32 matrix for codes fitted on it
+    growing = VectorIndex(store, "q", QDIM, quantise_above=12_500)
+    assert not growing.quantised
+    more = _clustered(1000, seed=10)
+    _bulk(store, "more", more)
+    assert growing.quantised and growing.last_load["how"] == "quantised from the exact matrix"
+    assert len(growing) == 13_000 and growing._snapshot[1].size == 0
+    assert growing.search(more[5], k=1).scores[0] > 0.999
+    assert (sidecar_dir(store.path, "q", QDIM) / "meta.json").exists()
 
 
 def test_additions_append_and_deletions_are_never_served(big):
@@ -211,7 +220,7 @@ def test_restart_loads_codes_from_the_sidecar_without_reading_vectors(big, monke
 
 def _rebuilt(store):
     index = VectorIndex(store, "q", QDIM, quantise_above=5_000)
-    assert index.quantised and not index.last_load["how"].startswith("sidecar"), index.last_load
+    assert index.quantised and index.last_load["how"] == "built from the database", index.last_load
     return index
 
 

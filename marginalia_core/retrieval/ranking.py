@@ -415,7 +415,7 @@ class VectorIndex:
         if self._codes is not None:
             self._catch_up_codes()
             return
-        if self._generation < 0 and self._open_sidecar():
+        if self._generation < 0 and (self._open_sidecar() or self._build_codes_from_store()):
             return
         ids, matrix = self._snapshot
         _, deletions = self.store.counters()
@@ -437,6 +437,24 @@ class VectorIndex:
         self._generation, self._deletions = counters
         self.last_load = {"path": "exact", "how": "full", "rows": len(ids)}
         self._maybe_quantise(ids, matrix, counters)
+
+    def _build_codes_from_store(self) -> bool:
+        """A big library with no usable sidecar: fit on a sample, then encode page by page, so
+        the float32 matrix is never resident (peak = codes + one page)."""
+        _, present = self.store.vector_ids(self.embed_model, self.embed_dim)
+        if len(present) < self.quantise_above:
+            return False
+        pick = np.random.default_rng(0).choice(present, min(FIT_SAMPLE_ROWS, len(present)), replace=False)
+        _, sample = self.store.vectors_by_ids(pick.tolist())
+        quantiser = Quantiser.fit(sample)
+        codes = CodeIndex(quantiser, self.embed_dim)
+        counters = self.store.counters()
+        pages = self.store.vector_pages(self.embed_model, self.embed_dim, page_rows=BLOCK_ROWS // 4)
+        for page_counters, ids, rows in pages:
+            counters = page_counters  # the read snapshot's, not the one before it
+            codes.append(ids, *quantiser.encode(rows))
+        self._install_codes(codes, counters, how="built from the database")
+        return True
 
     def _maybe_quantise(self, ids: np.ndarray, matrix: np.ndarray, counters: tuple[int, int]) -> None:
         """Past the threshold, trade the float32 matrix for codes (fitted on it) and persist."""
