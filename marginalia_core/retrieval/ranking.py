@@ -128,12 +128,14 @@ class _Block:
         self.n = b
 
     def hamming(self, qbits: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, np.ndarray]) -> None:
-        """Hamming distance of every row to ``qbits`` into ``out`` (uint16, length n); dead rows
-        get the maximum. Works through cache-sized slices with preallocated scratch, so the scan
-        allocates nothing per word."""
+        """Hamming distance of the first ``len(out)`` rows to ``qbits`` into ``out`` (uint16);
+        dead rows get the maximum. Works through cache-sized slices with preallocated scratch,
+        so the scan allocates nothing per word. (``len(out)``, not ``self.n``: a concurrent
+        append may grow the block while a query that sized its arrays earlier reads it.)"""
         x64, c8 = scratch
-        for a in range(0, self.n, len(x64)):
-            z = min(self.n, a + len(x64))
+        n = len(out)
+        for a in range(0, n, len(x64)):
+            z = min(n, a + len(x64))
             d, x, c = out[a:z], x64[: z - a], c8[: z - a]
             np.bitwise_xor(self.bits_t[0, a:z], qbits[0], out=x)
             np.bitwise_count(x, out=c)
@@ -142,8 +144,8 @@ class _Block:
                 np.bitwise_xor(self.bits_t[w, a:z], qbits[w], out=x)
                 np.bitwise_count(x, out=c)
                 np.add(d, c, out=d)
-        if not self.alive[: self.n].all():
-            out[~self.alive[: self.n]] = np.iinfo(np.uint16).max
+        if not self.alive[:n].all():
+            out[~self.alive[:n]] = np.iinfo(np.uint16).max
 
 
 class CodeIndex:
@@ -197,6 +199,17 @@ class CodeIndex:
         parts = [b.ids[: b.n][b.alive[: b.n]] for b in self.blocks]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
+    def contains(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Mask of the ids that are live rows here (no copy of the id arrays)."""
+        found = np.zeros(len(chunk_ids), dtype=bool)
+        for b in self.blocks:
+            n = b.n
+            if not n:
+                continue
+            pos = np.clip(np.searchsorted(b.ids[:n], chunk_ids), 0, n - 1)
+            found |= (b.ids[pos] == chunk_ids) & b.alive[pos]
+        return found
+
     def keep_only(self, present: np.ndarray) -> int:
         """Tombstone every row whose id is not in ``present`` (ascending); returns how many."""
         gone = 0
@@ -221,10 +234,11 @@ class CodeIndex:
         # mostly repeat the mean's and lose neighbours on libraries with a strong mean)
         query = np.asarray(query, dtype=np.float32)
         qbits = self.q.bits(query - self.q.mean)[0]
-        blocks = [b for b in self.blocks if b.n]
-        if not blocks:
+        sized = [(b, b.n) for b in list(self.blocks) if b.n]
+        if not sized:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        offsets = np.cumsum([0] + [b.n for b in blocks])
+        blocks = [b for b, _ in sized]
+        offsets = np.cumsum([0] + [n for _, n in sized])
         dist = np.empty(offsets[-1], dtype=np.uint16)
         scratch = (np.empty(SCAN_SLICE, np.uint64), np.empty(SCAN_SLICE, np.uint8))
         for i, b in enumerate(blocks):
@@ -658,9 +672,8 @@ class VectorIndex:
             hit = np.unique(pos[ids[pos] == wanted]) if len(ids) else pos[:0]
             scored = Scored(ids[hit], matrix[hit] @ q)
         else:
-            alive = self._codes.alive_ids()
             wanted = np.asarray(chunk_ids, dtype=np.int64)
-            scored = self._exact(q, wanted[np.isin(wanted, alive)])
+            scored = self._exact(q, wanted[self._codes.contains(wanted)])
         return _lookup(scored, chunk_ids)
 
     def _exact(self, q: np.ndarray, chunk_ids: np.ndarray) -> Scored:
