@@ -72,9 +72,15 @@ def test_additions_are_appended_without_a_full_reload(store, monkeypatch):
     assert ids.tolist() == sorted(ids.tolist()) and matrix.shape == (4, 4)
     q = np.array([0, 0, 0, 1], dtype=np.float32)
     assert index.search(q, k=1).scores[0] > 0.99
+    # the next addition lands in the spare capacity: earlier rows are not copied again
+    _doc(store, "c", l2_normalize(np.array([[1, 1, 0, 0]], dtype=np.float32)))
+    assert len(index) == 5
+    grown_ids, grown = index._snapshot
+    assert np.shares_memory(grown, matrix) and np.shares_memory(grown_ids, ids)
+    assert np.array_equal(grown[:4], matrix)
     # a deletion forces a full reload, and the deleted rows are gone
-    store.delete_document(store.list_documents()[-1]["id"])
-    assert len(index) == 2 and calls[-1].get("after_id", 0) == 0
+    store.delete_document(next(d["id"] for d in store.list_documents() if d["name"] == "b"))
+    assert len(index) == 3 and calls[-1].get("after_id", 0) == 0
 
 
 # --------------------------------------------------------------------------- quantised path

@@ -48,6 +48,7 @@ SCALE_QUANTILE = 0.999  # per-dimension |x - mean| quantile mapped to 127 (rare 
 SPOT_CHECK_ROWS = 8  # sidecar rows compared with the database at every load
 COMPACT_DEAD_FRACTION = 0.05  # rewrite the sidecar once this share of its rows is deleted
 SIDECAR_FORMAT = 1
+GROWTH_FACTOR = 1.5  # exact path: spare capacity when the float32 buffer is reallocated
 SCORE_ALL_BLOCK = 65_536  # rows dequantised at a time by score_all
 SCAN_SLICE = 32_768  # rows per step of the binary scan (its scratch stays in L2)
 
@@ -403,6 +404,7 @@ class VectorIndex:
         self._deletions = -1
         # (ids, matrix) replaced as one tuple, so a reader never pairs new ids with old vectors
         self._snapshot = (np.zeros(0, dtype=np.int64), np.zeros((0, embed_dim), dtype=np.float32))
+        self._spare = self._snapshot  # exact path: buffers with room to append in place
         self._codes: CodeIndex | None = None
         self._meta: dict | None = None  # sidecar state the codes match, if persisted
         path = sidecar_dir(store.path, embed_model, embed_dim)
@@ -438,7 +440,7 @@ class VectorIndex:
                 self.embed_model, self.embed_dim, after_id=int(ids[-1])
             )
             if counters[1] == deletions:  # no delete raced the read
-                ids, matrix = np.concatenate([ids, new_ids]), np.vstack([matrix, new_rows])
+                ids, matrix = self._grow(new_ids, new_rows)
                 self._snapshot = (ids, matrix)
                 self._generation = counters[0]
                 self.last_load = {"path": "exact", "how": "appended", "rows": len(new_ids)}
@@ -448,6 +450,7 @@ class VectorIndex:
         # generation and vectors come from one snapshot, so a write racing this load is seen
         # by the next query rather than masked
         self._snapshot = (ids, matrix)
+        self._spare = (ids, matrix)
         self._generation, self._deletions = counters
         self.last_load = {"path": "exact", "how": "full", "rows": len(ids)}
         self._maybe_quantise(ids, matrix, counters)
@@ -470,6 +473,23 @@ class VectorIndex:
         self._install_codes(codes, counters, how="built from the database")
         return True
 
+    def _grow(self, new_ids: np.ndarray, new_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows appended into spare capacity and published as views: an addition costs
+        O(new rows). Only when the buffer is full is it reallocated (x GROWTH_FACTOR), so
+        copies are amortised; rows already published are never written again, so a reader
+        still holding the previous views sees consistent data."""
+        ids, matrix = self._snapshot
+        buf_ids, buf = self._spare
+        n, m = len(ids), len(new_ids)
+        if n + m > len(buf_ids):
+            cap = max(n + m, int(len(buf_ids) * GROWTH_FACTOR), 1024)
+            buf_ids = np.empty(cap, dtype=np.int64)
+            buf = np.empty((cap, self.embed_dim), dtype=np.float32)
+            buf_ids[:n], buf[:n] = ids, matrix
+            self._spare = (buf_ids, buf)
+        buf_ids[n : n + m], buf[n : n + m] = new_ids, new_rows
+        return buf_ids[: n + m], buf[: n + m]
+
     def _maybe_quantise(self, ids: np.ndarray, matrix: np.ndarray, counters: tuple[int, int]) -> None:
         """Past the threshold, trade the float32 matrix for codes (fitted on it) and persist."""
         if len(ids) < self.quantise_above:
@@ -483,6 +503,7 @@ class VectorIndex:
     def _install_codes(self, codes: CodeIndex, counters: tuple[int, int], *, how: str) -> None:
         self._codes = codes
         self._snapshot = (np.zeros(0, dtype=np.int64), np.zeros((0, self.embed_dim), dtype=np.float32))
+        self._spare = self._snapshot
         self._generation, self._deletions = counters
         self._persist_all()
         self.last_load = {"path": "quantised", "how": how, "rows": len(codes)}
