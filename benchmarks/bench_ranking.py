@@ -9,6 +9,8 @@ For each size a real SQLite file is built with the project's schema (``Store``):
 document); bigger sizes insert synthetic rows with ``executemany`` (FTS5 triggers included), then
 bump the generation like ``add_document`` does. Vectors are random normal, L2-normalized float32.
 Each matrix is built once per process; the floor and the project share the very same array.
+``VectorIndex`` is held on its exact path at every size here (``quantise_above``); the
+quantised path the app takes past 100k chunks is compared with it in ``bench_backends.py``.
 
 Measured, per size, in one process and interleaved query by query (the machine is shared and
 noisy, so ratios within a run are the figures to read, not absolute times):
@@ -73,6 +75,8 @@ BLOCK = 20_000
 VOCAB = [f"w{i:04d}" for i in range(4000)]
 WORDS_PER_CHUNK = 8
 SEED = 20240605
+EXACT_PATH = 10**12  # this benchmark measures the exact float32 path at every size; the
+# quantised path (default past ranking.QUANTISE_ABOVE_ROWS) is measured by bench_backends.py
 
 
 # --------------------------------------------------------------------------- building
@@ -189,7 +193,7 @@ def load_probe(path: str, which: str) -> None:
     C.reset_peak_rss()
     t0 = time.perf_counter()
     if which == "project":
-        index = VectorIndex(store, MODEL, DIM)
+        index = VectorIndex(store, MODEL, DIM, quantise_above=EXACT_PATH)
         index.refresh()  # Store.load_vectors under VectorIndex's lock
         shape = index._current()[1].shape
     else:
@@ -237,7 +241,7 @@ def open_index(path: Path) -> tuple[dict[str, Any], Store, VectorIndex]:
     store = Store(path)
     store.generation()
     t0 = time.perf_counter()
-    index = VectorIndex(store, MODEL, DIM)
+    index = VectorIndex(store, MODEL, DIM, quantise_above=EXACT_PATH)
     index.refresh()
     return {"in_process_load_s": round(time.perf_counter() - t0, 3),
             "index_nbytes_mb": round(index.nbytes / 2**20, 1)}, store, index
