@@ -353,13 +353,20 @@ class Sidecar:
         """A fresh epoch with every row of ``index``; old epochs are removed after the swap."""
         with self.locked():
             epoch = uuid.uuid4().hex[:12]
-            ids, bits, codes = index.export()
-            for f, arr in zip(self._files(epoch), (ids.astype("<i8"), bits.astype("<u8"), codes)):
-                with open(f, "wb") as fh:
-                    arr.tofile(fh)
-            meta = {**base, "epoch": epoch, "rows": len(ids), "words": index.q.words,
-                    "mean": index.q.mean.tolist(), "scale": index.q.scale.tolist(),
-                    "dead": np.setdiff1d(ids, index.alive_ids()).tolist()}
+            dead: list[int] = []
+            handles = [open(f, "wb") for f in self._files(epoch)]  # noqa: SIM115 (closed below)
+            try:
+                for b in index.blocks:  # block by block: no second copy of the codes
+                    n = b.n
+                    b.ids[:n].astype("<i8", copy=False).tofile(handles[0])
+                    np.ascontiguousarray(b.bits_t[:, :n].T).astype("<u8", copy=False).tofile(handles[1])
+                    b.codes[:n].tofile(handles[2])
+                    dead.extend(b.ids[:n][~b.alive[:n]].tolist())
+            finally:
+                for fh in handles:
+                    fh.close()
+            meta = {**base, "epoch": epoch, "rows": index.rows, "words": index.q.words,
+                    "mean": index.q.mean.tolist(), "scale": index.q.scale.tolist(), "dead": dead}
             self._write_meta(meta)
             for f in self.path.iterdir():
                 if f.suffix in (".ids", ".bits", ".codes") and not f.name.startswith(epoch):
