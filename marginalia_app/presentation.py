@@ -81,8 +81,12 @@ _MAYBE_FENCE_RE = re.compile(r"^ {0,3}(?:`{3,}|~{3,}|`{1,2}$|~{1,2}$| {0,3}$)")
 _PENDING_MARK_RE = re.compile(r"\[[\d\s,;–-]{0,20}")
 
 
-def _badges(numbers: Iterable[int]) -> str:
-    return " ".join(f":{BADGE_COLOR}-badge[{n}]" for n in numbers)
+def _badges(numbers: Iterable[int], link: Callable[[int], str] | None = None) -> str:
+    """Valid marks as badges or, with ``link`` (number -> card id), as in-page links to their
+    margin cards (styled as badges by the shell's CSS)."""
+    if link is None:
+        return " ".join(f":{BADGE_COLOR}-badge[{n}]" for n in numbers)
+    return " ".join(f"[\\[{n}\\]](#{link(n)})" for n in numbers)
 
 
 def _flagged(raw_mark: str) -> str:
@@ -106,7 +110,12 @@ def _validator(valid: int | Collection[int]) -> Callable[[int], bool]:
     return lambda x: x in allowed
 
 
-def _render(text: str, valid: int | Collection[int], final: bool) -> str:
+def _render(
+    text: str,
+    valid: int | Collection[int],
+    final: bool,
+    link: Callable[[int], str] | None = None,
+) -> str:
     """Markdown for the part of ``text`` whose rendering can no longer change.
 
     With ``final`` everything is resolved (an unclosed backtick is a literal backtick, an
@@ -139,7 +148,7 @@ def _render(text: str, valid: int | Collection[int], final: bool) -> str:
             fence = (opener.group(2)[0], len(opener.group(2)))
             i = line_end + len(newline)
             continue
-        stopped = _render_line(text, i, line_end, ok, complete, out)
+        stopped = _render_line(text, i, line_end, ok, complete, out, link)
         if stopped is not None:
             break
         out.append(newline)
@@ -148,7 +157,13 @@ def _render(text: str, valid: int | Collection[int], final: bool) -> str:
 
 
 def _render_line(
-    text: str, start: int, end: int, ok: Callable[[int], bool], complete: bool, out: list[str]
+    text: str,
+    start: int,
+    end: int,
+    ok: Callable[[int], bool],
+    complete: bool,
+    out: list[str],
+    link: Callable[[int], str] | None = None,
 ) -> int | None:
     """Render prose ``text[start:end]`` into ``out``; return where it stopped if it must wait."""
     p = start
@@ -175,7 +190,7 @@ def _render_line(
                 found = find_marks(mark.group(0))
                 numbers = found[0].numbers if found else ()
                 if numbers and all(ok(x) for x in numbers):
-                    out.append(_badges(numbers))
+                    out.append(_badges(numbers, link))
                 else:
                     out.append(_flagged(mark.group(0)))
                 p = mark.end()
@@ -199,10 +214,12 @@ def _render_line(
     return None
 
 
-def render_answer(text: str, valid: int | Collection[int]) -> str:
+def render_answer(
+    text: str, valid: int | Collection[int], link: Callable[[int], str] | None = None
+) -> str:
     """An answer as safe markdown: formatting kept, valid marks (1..k, or the given numbers)
-    as badges, others flagged."""
-    return _render(text, valid, final=True)
+    as badges (or, with ``link``, as links to their margin cards), others flagged."""
+    return _render(text, valid, final=True, link=link)
 
 
 class AnswerStream:

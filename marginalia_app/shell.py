@@ -36,8 +36,51 @@ CSS = """
 <style>
 [data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: sticky; top: 3.75rem; }
 .st-key-margin { max-height: calc(100vh - 11rem); overflow-y: auto; padding-right: 0.25rem; }
-.st-key-margin [data-testid="stExpander"] details summary p { font-size: 0.92rem; }
 .st-key-hero h1 { margin-bottom: 0.25rem; }
+/* inline citation marks: in-page links to margin cards, shown as badges */
+[data-testid="stMarkdownContainer"] a[href^="#src-"] {
+  text-decoration: none; font-size: 0.78em; font-weight: 600; padding: 0.05rem 0.35rem;
+  border-radius: 0.5rem; background: rgba(28, 131, 225, 0.12); color: rgb(0, 84, 163);
+  white-space: nowrap; vertical-align: 0.1em;
+}
+[data-testid="stMarkdownContainer"] a[href^="#src-"]:hover { background: rgba(28, 131, 225, 0.25); }
+/* the margin: one group of cards per answer; a targeted card (a clicked mark) wins over the
+   group shown by default and over the card open by default */
+.mg-group { display: none; }
+.mg-margin:not(:has(.mg-card:target)) .mg-group.mg-default,
+.mg-group:has(.mg-card:target) { display: block; }
+.mg-question, .mg-note { color: rgba(49, 51, 63, 0.65); font-size: 0.85rem; margin: 0.2rem 0 0.4rem; }
+.mg-card { border: 1px solid rgba(49, 51, 63, 0.15); border-radius: 0.5rem; margin: 0 0 0.5rem;
+  scroll-margin-top: 4.5rem; background: white; }
+.mg-head { display: block; padding: 0.45rem 0.75rem; font-size: 0.92rem; font-weight: 600;
+  color: inherit !important; text-decoration: none !important; }
+.mg-head::before { content: "\\25B8  "; color: rgba(49, 51, 63, 0.5); }
+.mg-body { display: none; padding: 0 0.75rem 0.5rem; }
+.mg-group:not(:has(.mg-card:target)) .mg-card.mg-open .mg-body,
+.mg-card:target .mg-body { display: block; }
+.mg-group:not(:has(.mg-card:target)) .mg-card.mg-open .mg-head::before,
+.mg-card:target .mg-head::before { content: "\\25BE  "; }
+.mg-group:not(:has(.mg-card:target)) .mg-card.mg-open, .mg-card:target {
+  border-color: rgba(255, 164, 33, 0.8); box-shadow: 0 0 0 1px rgba(255, 164, 33, 0.4); }
+.mg-uncited .mg-head { font-weight: 400; }
+.mg-passage { font-size: 0.92rem; line-height: 1.5; overflow-wrap: anywhere; }
+.mg-passage p { margin: 0 0 0.5rem; }
+.mg-passage .mg-h { margin: 0.4rem 0 0.3rem; padding: 0; font-weight: 600; }
+.mg-passage pre { white-space: pre-wrap; background: rgba(49, 51, 63, 0.05); padding: 0.4rem;
+  border-radius: 0.3rem; font-size: 0.85rem; }
+.mg-passage .mg-link { text-decoration: underline dotted; }
+.mg-passage .mg-img::before { content: "[image: "; }
+.mg-passage .mg-img::after { content: "]"; }
+.mg-passage .mg-img { color: rgba(49, 51, 63, 0.65); font-style: italic; }
+mark.mg-hl { background: rgba(255, 164, 33, 0.35); font-weight: 600; padding: 0 0.1rem;
+  border-radius: 0.15rem; color: inherit; }
+.mg-page summary { cursor: pointer; font-size: 0.88rem; color: rgb(0, 84, 163); margin: 0.2rem 0; }
+.mg-page-img { width: 100%; border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.3rem; }
+/* phone width: the margin stacks under the answer and is not sticky */
+@media (max-width: 640px) {
+  [data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: static; }
+  .st-key-margin { max-height: none; overflow-y: visible; }
+}
 </style>
 """
 
@@ -204,6 +247,7 @@ def render_model_picker(ws: Workspace) -> None:
 def _open_conversation(cid: str | None) -> None:
     st.session_state["cid"] = cid
     st.session_state.pop("focus", None)
+    st.session_state.pop("open_n", None)
     st.session_state.pop("last_error", None)
     st.session_state.pop("confirm_delete_conversation", None)
     st.session_state["switch_to_chat"] = True

@@ -17,6 +17,7 @@ from marginalia_core.config import Settings, load_settings
 from marginalia_core.errors import EmbedderMismatchError, NotFoundError
 from marginalia_core.ingest import pipeline
 from marginalia_core.ingest.chunking import Chunk, chunk_stats, chunk_text, effective_overlap
+from marginalia_core.ingest.page_images import PageImage, PageRenderer
 from marginalia_core.providers.embeddings import Embedder, get_embedder
 from marginalia_core.retrieval.retriever import Hit, Retriever
 from marginalia_core.store.sqlite import Store
@@ -218,6 +219,22 @@ class Workspace:
             overlap=used,
             unchanged=target == doc.get("chunk_target") and used == doc.get("chunk_overlap"),
         )
+
+    @cached_property
+    def page_renderer(self) -> PageRenderer:
+        return PageRenderer()
+
+    def page_image(
+        self, document_id: str, pages: Iterable[int], sentences: Iterable[str] = ()
+    ) -> PageImage | None:
+        """The first of ``pages`` of a stored PDF that shows a cited sentence, rendered with the
+        sentences highlighted; None when no original file is kept for the document (text,
+        markdown, or a PDF indexed before page views existed). Raises ``PageRenderError`` when
+        the page cannot be rendered."""
+        data = self.store.document_file(document_id)
+        if data is None:
+            return None
+        return self.page_renderer.render(document_id, data, list(pages), list(sentences))
 
     # ------------------------------------------------------------------ retrieval
 

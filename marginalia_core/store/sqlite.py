@@ -172,8 +172,11 @@ class Store:
         page_starts: Sequence[int] = (0,),
         replace_id: str | None = None,
         document_id: str | None = None,
+        original: bytes | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction.
+
+        ``original`` keeps the file's bytes (PDFs, for page views) in the same transaction.
 
         ``replace_id`` deletes that document in the same transaction (re-indexing), so readers see
         either the old version or the new one, never neither.
@@ -220,6 +223,11 @@ class Store:
                 "page_end, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
+            if original is not None:
+                conn.execute(
+                    "INSERT INTO document_files (document_id, data) VALUES (?, ?)",
+                    (doc["id"], bytes(original)),
+                )
             self._bump_generation(conn, deleted=replaced)
         return doc
 
@@ -253,6 +261,13 @@ class Store:
         if row is None:
             raise NotFoundError(f"No document with id {document_id!r}.")
         return row["text"], json.loads(row["page_starts"])
+
+    def document_file(self, document_id: str) -> bytes | None:
+        """The original bytes kept for a document (PDFs), or None."""
+        row = self.conn.execute(
+            "SELECT data FROM document_files WHERE document_id = ?", (document_id,)
+        ).fetchone()
+        return bytes(row["data"]) if row else None
 
     # -- chunks ------------------------------------------------------------------------------
 
