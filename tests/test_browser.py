@@ -342,3 +342,94 @@ def test_hostile_markdown_stays_text(page):
         "els => els.filter(e => e.textContent.includes('__pwned')).length"
     ) == 0
     assert not external(page.requests), external(page.requests)
+
+
+# --------------------------------------------------------------------------- issue 11: the margin
+
+def add_samples(pg) -> None:
+    from playwright.sync_api import expect
+
+    go(pg, "Documents")
+    expect(pg.get_by_role("heading", name="Documents")).to_be_visible()
+    button = pg.get_by_role(
+        "button", name=re.compile("^(Add the sample documents|Try it with sample documents)$"))
+    if button.count():  # the server is shared by the module: maybe added already
+        button.click()
+        expect(pg.get_by_text(re.compile(r"Last upload: \d indexed"))).to_be_visible(timeout=60_000)
+        idle(pg)
+
+
+def open_card(pg):
+    """The margin card the URL fragment targets, else the one open by default."""
+    return pg.locator(".mg-group:visible .mg-card:target, "
+                      ".mg-group:visible:not(:has(:target)) .mg-card.mg-open")
+
+
+def test_an_inline_mark_opens_its_passage_in_the_margin(page):
+    from playwright.sync_api import expect
+
+    add_samples(page)
+    ask(page, "What did Fermat write in the margin?")
+    answer = page.locator('[data-testid="stChatMessage"]').last
+    marks = answer.locator('a[href^="#src-"]')
+    expect(marks.first).to_be_visible(timeout=60_000)
+    idle(page)
+    # after the answer its first cited passage is open, the cited sentence highlighted
+    first_href = marks.first.get_attribute("href")
+    card = page.locator(f"[id='{first_href[1:]}']")
+    expect(card.locator(".mg-body")).to_be_visible()
+    expect(card.locator("mark.mg-hl").first).to_be_visible()
+    # markdown renders as what it is: no literal "##", no page label on a .md file
+    margin = page.locator(".st-key-margin")
+    expect(margin).not_to_contain_text("##")
+    expect(card.locator(".mg-head")).not_to_contain_text("p. 1")
+
+    # every other card is closed; clicking a mark opens exactly its card
+    hrefs = {marks.nth(i).get_attribute("href") for i in range(marks.count())}
+    others = page.locator(f".mg-group:visible .mg-card:not([id='{first_href[1:]}'])")
+    if others.count():
+        other = others.first
+        expect(other.locator(".mg-body")).to_be_hidden()
+        other_id = other.get_attribute("id")
+        target_mark = answer.locator(f'a[href="#{other_id}"]')
+        if target_mark.count():  # an answer mark for it: click that, else the card's head
+            target_mark.first.click()
+        else:
+            other.locator(".mg-head").click()
+        page.wait_for_timeout(300)
+        expect(other.locator(".mg-body")).to_be_visible()
+        expect(card.locator(".mg-body")).to_be_hidden()
+        assert page.evaluate("location.hash") == f"#{other_id}"
+    # back to the first mark: its card opens again, scrolled into the margin's view
+    answer.locator(f'a[href="{first_href}"]').first.click()
+    page.wait_for_timeout(300)
+    expect(card.locator(".mg-body")).to_be_visible()
+    expect(card.locator("mark.mg-hl").first).to_be_in_viewport()
+    assert len(hrefs) >= 1
+    screenshot(page, "screenshot-chat-mark.png")
+    assert not external(page.requests), external(page.requests)
+
+
+def test_a_pdf_citation_shows_its_page_with_the_passage_highlighted(page):
+    from playwright.sync_api import expect
+
+    add_samples(page)
+    ask(page, "What temperature and humidity are best for old books?")
+    answer = page.locator('[data-testid="stChatMessage"]').last
+    expect(answer.locator('a[href^="#src-"]').first).to_be_visible(timeout=60_000)
+    idle(page)
+    pdf_card = page.locator(".mg-group:visible .mg-card").filter(
+        has_text="caring-for-old-books.pdf").first
+    expect(pdf_card.locator(".mg-head")).to_contain_text(re.compile(r"p\. \d"))
+    pdf_card.locator(".mg-head").click()
+    page.wait_for_timeout(300)
+    view = pdf_card.locator("details.mg-page")
+    view.locator("summary").click()
+    image = view.locator("img.mg-page-img")
+    expect(image).to_be_visible()
+    natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+    assert natural[0] >= 600 and natural[1] > natural[0], natural  # a portrait page
+    assert image.get_attribute("src").startswith("data:image/jpeg;base64,")
+    image.scroll_into_view_if_needed()
+    screenshot(page, "screenshot-page-view.png")
+    assert not external(page.requests), external(page.requests)
