@@ -250,19 +250,19 @@ def test_upload_ask_click_citation_and_inspect(page):
     assert len(set(lengths)) >= 3, f"the answer did not stream: {lengths[:20]}"
     answer = page.locator('[data-testid="stChatMessage"]').last
     expect(answer).to_contain_text("nonsense")
-    badge = answer.locator('[data-testid="stMarkdownContainer"]').first.get_by_text("1", exact=True)
-    expect(badge.first).to_be_visible()
+    mark = answer.locator('a[href^="#src-"]').get_by_text("[1]", exact=True)
+    expect(mark.first).to_be_visible()
 
-    # click [1]: its passage opens in the margin, the cited sentence highlighted
+    # the pill [1]: its passage is open in the margin, the cited sentence highlighted
     margin = page.locator(".st-key-margin")
-    card = margin.locator('[data-testid="stExpander"]').first
+    card = margin.locator(".mg-group:visible .mg-card").first
     expect(card).to_contain_text("[1] sf__pdflatex-4-pages.pdf")
-    expect(card.locator("details")).not_to_have_attribute("open", "")
     pill.click()
     idle(page)
-    expect(card.locator("details")).to_have_attribute("open", "")
+    card = open_card(page)
+    expect(card.locator(".mg-body")).to_be_visible()
     expect(card).to_contain_text("nonsense")
-    expect(card.locator("strong").first).to_be_visible()  # the highlighted, cited part
+    expect(card.locator("mark.mg-hl").first).to_be_visible()  # the highlighted, cited part
 
     # the sample documents, then a question about them: the screenshots show real answers
     go(page, "Documents")
@@ -280,8 +280,8 @@ def test_upload_ask_click_citation_and_inspect(page):
     idle(page)
     pill.click()
     idle(page)
-    card = page.locator(".st-key-margin [data-testid='stExpander']").first
-    expect(card.locator("details")).to_have_attribute("open", "")
+    card = open_card(page)
+    expect(card.locator(".mg-body")).to_be_visible()
     expect(card).to_contain_text("Fermat")
     screenshot(page, "screenshot-chat.png")
 
@@ -326,15 +326,15 @@ def test_hostile_markdown_stays_text(page):
     idle(page)
     pill.click()
     idle(page)
-    card = page.locator(".st-key-margin [data-testid='stExpander']").first
-    expect(card.locator("details")).to_have_attribute("open", "")
-    toggle = card.get_by_text("Show the whole passage")
-    if toggle.count():
-        toggle.click()
-        idle(page)
-    # the markup is shown as the text it is, and nothing ran or loaded
+    card = open_card(page)
+    expect(card.locator(".mg-body")).to_be_visible()
+    # markdown renders as markdown; raw HTML is shown as the text it is; the image is its alt
+    # text and the link its text, and nothing ran or loaded
+    expect(card.locator(".mg-h")).to_have_text("Field notes on quinces")
     expect(card).to_contain_text("<script>window.__pwned=1</script>")
-    expect(card).to_contain_text("![a tracking pixel](http")
+    expect(card.locator(".mg-img")).to_have_text("a tracking pixel")
+    expect(card.locator(".mg-link")).to_have_text("a link that should stay text")
+    assert card.locator("img, a[href*='example'], script").count() == 0
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.locator('img[src*="example.invalid"]').count() == 0
     assert page.locator('a[href*="example.invalid"]').count() == 0
