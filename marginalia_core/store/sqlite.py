@@ -390,6 +390,34 @@ class Store:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
         return dict(row)
 
+    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+        """Give a conversation a new title (its order in the list does not change)."""
+        with self.write() as conn:
+            cur = conn.execute(
+                "UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id)
+            )
+        if not cur.rowcount:
+            raise NotFoundError(f"No conversation with id {conversation_id!r}.")
+        return self.get_conversation(conversation_id)
+
+    def search_conversations(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+        """Conversations whose title or any message contains ``text`` (case-insensitive for
+        ASCII), most recently updated first, each with ``matched``: the first matching message
+        text, or "" when only the title matched."""
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self.conn.execute(
+            "SELECT c.id, c.title, c.created, c.updated, "
+            "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count, "
+            "(SELECT m.content FROM messages m WHERE m.conversation_id = c.id "
+            " AND m.content LIKE :p ESCAPE '\\' ORDER BY m.created LIMIT 1) AS matched "
+            "FROM conversations c WHERE c.title LIKE :p ESCAPE '\\' OR EXISTS ("
+            " SELECT 1 FROM messages m WHERE m.conversation_id = c.id "
+            " AND m.content LIKE :p ESCAPE '\\') "
+            "ORDER BY c.updated DESC, c.created DESC LIMIT :limit",
+            {"p": pattern, "limit": int(limit)},
+        ).fetchall()
+        return [{**dict(r), "matched": r["matched"] or ""} for r in rows]
+
     def delete_conversation(self, conversation_id: str) -> bool:
         with self.write() as conn:
             cur = conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
