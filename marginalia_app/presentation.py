@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from marginalia_core.citations import MARK_RE, find_marks
@@ -506,6 +506,36 @@ def format_created(stamp: str | None) -> str:
     except ValueError:
         return stamp
     return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def snippet(text: str, query: str, width: int = 80) -> str:
+    """Plain text around the first case-insensitive occurrence of ``query`` in ``text``, with
+    "…" where it was cut (escape before using it as markdown)."""
+    flat = " ".join(str(text).split())
+    at = flat.lower().find(" ".join(query.split()).lower()) if query.strip() else -1
+    if at < 0 or len(flat) <= width:
+        return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+    start = max(0, at - width // 3)
+    end = min(len(flat), start + width)
+    start = max(0, end - width)
+    return ("…" if start else "") + flat[start:end].strip() + ("…" if end < len(flat) else "")
+
+
+def day_label(stamp: str | None, today: date | None = None) -> str:
+    """The local day of an ISO timestamp for grouping a list: "Today", "Yesterday", weekday
+    names within a week, then "3 Dec 2026"."""
+    moment = parse_created(stamp)
+    if moment is None:
+        return "Undated"
+    today = today or datetime.now().date()
+    days = (today - moment.date()).days
+    if days <= 0:
+        return "Today"
+    if days == 1:
+        return "Yesterday"
+    if days < 7:
+        return moment.strftime("%A")
+    return f"{moment.day} {moment.strftime('%b %Y')}"
 
 
 def parse_created(stamp: str | None) -> datetime | None:

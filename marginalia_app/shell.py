@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import streamlit as st
+import streamlit.components.v1 as components
 
 from marginalia_app import presentation as fmt
 from marginalia_core.config import Settings, load_settings
@@ -37,6 +38,7 @@ CSS = """
 [data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: sticky; top: 3.75rem; }
 .st-key-margin { max-height: calc(100vh - 11rem); overflow-y: auto; padding-right: 0.25rem; }
 .st-key-hero h1 { margin-bottom: 0.25rem; }
+.st-key-sidebar_closer { display: none; }
 /* inline citation marks: in-page links to margin cards, shown as badges */
 [data-testid="stMarkdownContainer"] a[href^="#src-"] {
   text-decoration: none; font-size: 0.78em; font-weight: 600; padding: 0.05rem 0.35rem;
@@ -148,7 +150,7 @@ def run_app() -> None:
         page_title="Marginalia",
         page_icon="📖",
         layout="wide",
-        initial_sidebar_state="expanded",
+        initial_sidebar_state="auto",  # open on a desktop, closed on a phone
     )
     chat_page = st.Page(CHAT_PAGE, title="Chat", icon=":material/forum:", default=True)
     current = st.navigation([
@@ -165,6 +167,7 @@ def run_app() -> None:
                  icon=":material/error:")
         st.stop()
     render_sidebar(ws)
+    close_sidebar_on_phone()
     if st.session_state.pop("switch_to_chat", False) and current.url_path != chat_page.url_path:
         st.switch_page(chat_page)
     _run.inside = True
@@ -245,6 +248,7 @@ def render_model_picker(ws: Workspace) -> None:
 # --------------------------------------------------------------------------- sidebar
 
 def _open_conversation(cid: str | None) -> None:
+    _chose()
     st.session_state["cid"] = cid
     st.session_state.pop("focus", None)
     st.session_state.pop("open_n", None)
@@ -270,6 +274,39 @@ def _delete_conversation(ws: Workspace, cid: str) -> None:
     st.toast("Conversation deleted.", icon=":material/delete:")
 
 
+def close_sidebar_on_phone() -> None:
+    """After a choice in the sidebar, close it if the screen is narrow (a phone), as Streamlit
+    does itself for its page links. Streamlit has no API for that; its own rule is "a press
+    outside the sidebar closes it below the md breakpoint", so a zero-height inline script
+    presses outside once. Nothing is loaded; it runs only on the run after a choice."""
+    nonce = st.session_state.pop("close_sidebar", None)
+    if nonce is None:
+        return
+    script = (
+        f"<script>/* choice {int(nonce)} */ const main = window.parent.document.querySelector("
+        "'[data-testid=\"stMain\"]'); if (main) main.dispatchEvent(new MouseEvent("
+        "'mousedown', {bubbles: true}));</script>"
+    )
+    with st.container(key="sidebar_closer"):
+        components.html(script, height=0)
+
+
+def _chose() -> None:
+    st.session_state["close_sidebar"] = st.session_state.get("choices", 0) + 1
+    st.session_state["choices"] = st.session_state["close_sidebar"]
+
+
+def _day_groups(conversations: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    groups: list[tuple[str, list[dict[str, Any]]]] = []
+    for conv in conversations:
+        label = fmt.day_label(conv.get("updated"))
+        if groups and groups[-1][0] == label:
+            groups[-1][1].append(conv)
+        else:
+            groups.append((label, [conv]))
+    return groups
+
+
 def render_sidebar(ws: Workspace) -> None:
     with st.sidebar:
         mode, embed, answer = mode_lines(ws)
@@ -291,51 +328,70 @@ def render_sidebar(ws: Workspace) -> None:
             width="stretch",
             key="new_conversation",
         )
-        conversations = ws.conversations()
-        if not conversations:
+        if not ws.conversations():
             st.caption("Your conversations will appear here.")
             return
-        st.caption("Conversations")
+        query = st.text_input(
+            "Search conversations",
+            key="conversation_search",
+            placeholder="Search titles and messages",
+            icon=":material/search:",
+            label_visibility="collapsed",
+        )
+        conversations = ws.search_conversations(query or "")
+        if not conversations:
+            st.caption(f"No conversation mentions “{fmt.escape_inline(query, 40)}”.")
+            return
         current = st.session_state.get("cid")
         pending = st.session_state.get("confirm_delete_conversation")
-        for conv in conversations:
-            cid = conv["id"]
-            title = fmt.escape_inline(conv["title"] or "Untitled", 34)
-            row = st.columns([6, 1], gap=None, vertical_alignment="center")
-            row[0].button(
-                f"**{title}**" if cid == current else title,
-                key=f"conv-{cid}",
-                type="tertiary",
-                icon=":material/chat_bubble:" if cid == current else ":material/chat_bubble_outline:",
-                on_click=_open_conversation,
-                args=(cid,),
-                help=fmt.format_created(conv["updated"]),
+        for day, convs in _day_groups(conversations):
+            st.caption(fmt.escape_inline(day))
+            for conv in convs:
+                _conversation_row(ws, conv, current, pending, query)
+
+
+def _conversation_row(
+    ws: Workspace, conv: dict[str, Any], current: str | None, pending: str | None, query: str
+) -> None:
+    cid = conv["id"]
+    title = fmt.escape_inline(conv["title"] or "Untitled", 34)
+    row = st.columns([6, 1], gap=None, vertical_alignment="center")
+    row[0].button(
+        f"**{title}**" if cid == current else title,
+        key=f"conv-{cid}",
+        type="tertiary",
+        icon=":material/chat_bubble:" if cid == current else ":material/chat_bubble_outline:",
+        on_click=_open_conversation,
+        args=(cid,),
+        help=f"Last message {fmt.format_created(conv['updated'])}",
+        width="stretch",
+    )
+    row[1].button(
+        "",
+        key=f"del-conv-{cid}",
+        type="tertiary",
+        icon=":material/delete:",
+        help="Delete this conversation",
+        on_click=_ask_delete_conversation,
+        args=(cid,),
+    )
+    if query and conv.get("matched"):
+        st.caption(fmt.escape_inline(fmt.snippet(conv["matched"], query), 90))
+    if pending == cid:
+        with st.container(border=True):
+            st.caption(f"Delete “{title}” and its messages?")
+            yes, no = st.columns(2)
+            yes.button(
+                "Delete",
+                key=f"confirm-del-conv-{cid}",
+                type="primary",
+                on_click=_delete_conversation,
+                args=(ws, cid),
                 width="stretch",
             )
-            row[1].button(
-                "",
-                key=f"del-conv-{cid}",
-                type="tertiary",
-                icon=":material/delete:",
-                help="Delete this conversation",
-                on_click=_ask_delete_conversation,
-                args=(cid,),
+            no.button(
+                "Cancel",
+                key=f"cancel-del-conv-{cid}",
+                on_click=_cancel_delete_conversation,
+                width="stretch",
             )
-            if pending == cid:
-                with st.container(border=True):
-                    st.caption(f"Delete “{title}” and its messages?")
-                    yes, no = st.columns(2)
-                    yes.button(
-                        "Delete",
-                        key=f"confirm-del-conv-{cid}",
-                        type="primary",
-                        on_click=_delete_conversation,
-                        args=(ws, cid),
-                        width="stretch",
-                    )
-                    no.button(
-                        "Cancel",
-                        key=f"cancel-del-conv-{cid}",
-                        on_click=_cancel_delete_conversation,
-                        width="stretch",
-                    )

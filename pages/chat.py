@@ -19,6 +19,7 @@ from marginalia_app.ingest_view import index_samples
 from marginalia_app.samples import SAMPLE_QUESTIONS, samples_in_library
 from marginalia_app.shell import DOCUMENTS_PAGE, page
 from marginalia_core.citations import cited
+from marginalia_core.errors import MarginaliaError
 
 ws = page()
 state = st.session_state
@@ -134,6 +135,50 @@ def render_answer_block(message: dict[str, Any]) -> None:
         )
 
 
+def _rename(cid: str) -> None:
+    try:
+        ws.rename_conversation(cid, state.get(f"rename-{cid}", ""))
+    except MarginaliaError as exc:
+        state["rename_error"] = exc.message
+    else:
+        state.pop("rename_error", None)
+        st.toast("Conversation renamed.", icon=":material/edit:")
+
+
+def render_conversation_header(conversation: dict[str, Any], count: int) -> None:
+    """The open conversation's title and dates, with rename and export."""
+    cid = conversation["id"]
+    with st.container(key="conversation_header", horizontal=True, vertical_alignment="center"):
+        with st.container():
+            st.markdown(f"**{fmt.escape_inline(conversation['title'] or 'Untitled', 90)}**")
+            st.caption(
+                f"Started {fmt.escape_inline(fmt.format_created(conversation['created']))} · "
+                f"last message {fmt.escape_inline(fmt.format_created(conversation['updated']))}"
+                f" · {count} message{'s' * (count != 1)}"
+            )
+        with (
+            st.popover("Rename", icon=":material/edit:", key=f"rename-pop-{cid}"),
+            st.form(key=f"rename-form-{cid}", border=False),
+        ):
+            st.text_input("Title", value=conversation["title"], key=f"rename-{cid}",
+                          max_chars=120)
+            st.form_submit_button("Save", type="primary", on_click=_rename, args=(cid,))
+        filename, markdown = ws.export_conversation(cid)
+        st.download_button(
+            "Export",
+            data=markdown.encode("utf-8"),
+            file_name=filename,
+            mime="text/markdown",
+            icon=":material/download:",
+            key=f"export-{cid}",
+            help="Download this conversation as Markdown, with the passages it cited",
+            on_click="ignore",
+        )
+    problem = state.pop("rename_error", None)
+    if problem:
+        st.error(fmt.escape_inline(problem), icon=":material/error:")
+
+
 def render_empty_state(documents: list[dict[str, Any]]) -> None:
     with st.container(key="hero"):
         st.title("Marginalia", anchor=False)
@@ -200,6 +245,8 @@ if error and error.get("cid") != cid:
 
 if not messages and not question and not error:
     render_empty_state(ws.documents())
+elif cid and messages:
+    render_conversation_header(ws.conversation(cid), len(messages))
 
 left, right = st.columns([3, 2], gap="large")
 
