@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import streamlit as st
-import streamlit.components.v1 as components
 
 from marginalia_app import presentation as fmt
 from marginalia_core.config import Settings, load_settings
@@ -277,7 +276,7 @@ def _delete_conversation(ws: Workspace, cid: str) -> None:
 def close_sidebar_on_phone() -> None:
     """After a choice in the sidebar, close it if the screen is narrow (a phone), as Streamlit
     does itself for its page links. Streamlit has no API for that; its own rule is "a press
-    outside the sidebar closes it below the md breakpoint", so a zero-height inline script
+    outside the sidebar closes it below the md breakpoint", so a hidden inline script
     presses outside once. Nothing is loaded; it runs only on the run after a choice."""
     nonce = st.session_state.pop("close_sidebar", None)
     if nonce is None:
@@ -288,7 +287,7 @@ def close_sidebar_on_phone() -> None:
         "'mousedown', {bubbles: true}));</script>"
     )
     with st.container(key="sidebar_closer"):
-        components.html(script, height=0)
+        st.iframe(script, height=1)  # our own constant script, never document text
 
 
 def _chose() -> None:
