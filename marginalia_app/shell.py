@@ -37,7 +37,9 @@ CSS = """
 [data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: sticky; top: 3.75rem; }
 .st-key-margin { max-height: calc(100vh - 11rem); overflow-y: auto; padding-right: 0.25rem; }
 .st-key-hero h1 { margin-bottom: 0.25rem; }
-.st-key-sidebar_closer { display: none; }
+/* the sidebar closer's iframe: laid out (Streamlit renders only measured elements), unseen */
+.st-key-sidebar_closer { position: fixed; left: 0; bottom: 0; width: 2px; height: 2px;
+  overflow: hidden; opacity: 0; pointer-events: none; }
 /* inline citation marks: in-page links to margin cards, shown as badges */
 [data-testid="stMarkdownContainer"] a[href^="#src-"] {
   text-decoration: none; font-size: 0.78em; font-weight: 600; padding: 0.05rem 0.35rem;
@@ -87,6 +89,8 @@ mark.mg-hl { background: rgba(255, 164, 33, 0.35); font-weight: 600; padding: 0 
 
 CHAT_MODEL_KEY = "chat_model_choice"  # session state: the model picked in the sidebar
 MODEL_LIST_TTL_S = 30  # seconds the server's model list is reused before asking again
+# Streamlit's md breakpoint: narrower than this the sidebar is an overlay over the page.
+PHONE_MAX_WIDTH_PX = 768
 
 _run = threading.local()  # Streamlit runs each session's script on its own thread
 
@@ -166,6 +170,10 @@ def run_app() -> None:
                  icon=":material/error:")
         st.stop()
     render_sidebar(ws)
+    shown = st.session_state.get("page_shown")
+    if shown is not None and shown != current.url_path:
+        _chose()  # another page was picked in the sidebar
+    st.session_state["page_shown"] = current.url_path
     close_sidebar_on_phone()
     if st.session_state.pop("switch_to_chat", False) and current.url_path != chat_page.url_path:
         st.switch_page(chat_page)
@@ -275,16 +283,22 @@ def _delete_conversation(ws: Workspace, cid: str) -> None:
 
 def close_sidebar_on_phone() -> None:
     """After a choice in the sidebar, close it if the screen is narrow (a phone), as Streamlit
-    does itself for its page links. Streamlit has no API for that; its own rule is "a press
-    outside the sidebar closes it below the md breakpoint", so a hidden inline script
-    presses outside once. Nothing is loaded; it runs only on the run after a choice."""
+    does itself for its page links. Streamlit has no API for that, so a hidden inline script
+    of ours (a constant, never document text) presses the sidebar's own collapse button. Nothing is loaded; it runs only on the run after a choice."""
     nonce = st.session_state.pop("close_sidebar", None)
     if nonce is None:
         return
+    # Below Streamlit's md breakpoint the sidebar covers the page; there its own collapse button
+    # is pressed, once (looked for every 100 ms for a second while the page settles).
     script = (
-        f"<script>/* choice {int(nonce)} */ const main = window.parent.document.querySelector("
-        "'[data-testid=\"stMain\"]'); if (main) main.dispatchEvent(new MouseEvent("
-        "'mousedown', {bubbles: true}));</script>"
+        f"<script>/* choice {int(nonce)} */ (() => {{ let tries = 0;"
+        " const step = () => {"
+        " const w = window.parent, doc = w.document;"
+        f" if (w.innerWidth >= {PHONE_MAX_WIDTH_PX}) return;"
+        " const open = doc.querySelector('[data-testid=\"stSidebar\"][data-collapsed=\"false\"]');"
+        " const button = doc.querySelector('[data-testid=\"stSidebarCollapseButton\"] button');"
+        " if (open && button) { button.click(); return; }"
+        " if (++tries < 10) setTimeout(step, 100); }; step(); })();</script>"
     )
     with st.container(key="sidebar_closer"):
         st.iframe(script, height=1)  # our own constant script, never document text

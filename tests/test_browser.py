@@ -433,3 +433,83 @@ def test_a_pdf_citation_shows_its_page_with_the_passage_highlighted(page):
     image.scroll_into_view_if_needed()
     screenshot(page, "screenshot-page-view.png")
     assert not external(page.requests), external(page.requests)
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+def test_phone_width_closes_the_sidebar_after_a_choice_and_stacks_the_margin(browser, server):
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    try:
+        page.goto(server)
+        idle(page)
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        expect(sidebar).to_have_attribute("data-collapsed", "true")  # closed on a phone
+
+        def open_sidebar() -> None:
+            page.locator('[data-testid="stExpandSidebarButton"]').click()
+            expect(sidebar).to_have_attribute("data-collapsed", "false")
+
+        open_sidebar()
+        page.get_by_role("link", name="Documents", exact=True).click()
+        idle(page)
+        expect(sidebar).to_have_attribute("data-collapsed", "true")  # a page is a choice too
+        add_samples_here = page.get_by_role(
+            "button", name=re.compile("^(Add the sample documents|Try it with sample documents)$"))
+        if add_samples_here.count():
+            add_samples_here.first.click()
+            expect(page.get_by_text(re.compile(r"Last upload: \d indexed"))).to_be_visible(
+                timeout=60_000)
+            idle(page)
+        open_sidebar()
+        page.get_by_role("link", name="Chat", exact=True).click()
+        idle(page)
+        expect(sidebar).to_have_attribute("data-collapsed", "true")
+        box = page.locator('[data-testid="stChatInputTextArea"]')
+        box.fill("What did Fermat write in the margin?")
+        box.press("Enter")
+        answer = page.locator('[data-testid="stChatMessage"]').last
+        expect(answer.locator('a[href^="#src-"]').first).to_be_visible(timeout=60_000)
+        idle(page)
+
+        # a choice in the sidebar (a new conversation, then the old one) closes it
+        open_sidebar()
+        page.get_by_role("button", name="New conversation").click()
+        idle(page)
+        expect(sidebar).to_have_attribute("data-collapsed", "true")
+        open_sidebar()
+        sidebar.get_by_role("button", name=re.compile("What did Fermat")).click()
+        idle(page)
+        expect(sidebar).to_have_attribute("data-collapsed", "true")
+
+        # the margin stacks under the answer, full width, and its open card is readable
+        answer = page.locator('[data-testid="stChatMessage"]').last
+        margin = page.locator(".st-key-margin")
+        expect(margin.locator(".mg-card.mg-open .mg-body")).to_be_visible()
+        idle(page)
+        a, m = page.evaluate("""() => {
+            const msgs = document.querySelectorAll('[data-testid="stChatMessage"]');
+            const r = e => { const b = e.getBoundingClientRect();
+                             return {y: b.top, height: b.height, width: b.width}; };
+            return [r(msgs[msgs.length - 1]), r(document.querySelector('.st-key-margin'))];
+        }""")  # both in one frame: no scroll in between
+        assert m["y"] >= a["y"] + a["height"] - 1, (a, m)
+        assert m["width"] > 0.8 * (PHONE["width"] - 40), m
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], f"the page scrolls sideways: {width}px"
+        # a mark still opens its card, scrolled into view
+        mark = answer.locator('a[href^="#src-"]').first
+        mark.click()
+        page.wait_for_timeout(300)
+        target = page.locator(f"[id='{mark.get_attribute('href')[1:]}']")
+        expect(target.locator(".mg-body")).to_be_in_viewport()
+        page.screenshot(path=str(DOCS / "screenshot-phone.png"), full_page=False)
+        assert not external(requests), external(requests)
+    finally:
+        context.close()
