@@ -230,7 +230,6 @@ def test_upload_ask_click_citation_and_inspect(page):
 
     if not PDF.exists():
         pytest.skip(f"{PDF} is not present (../shared/eval is shared data)")
-    started = time.monotonic()
 
     # Documents: upload the PDF, see it indexed with its pages
     upload(page, str(PDF))
@@ -311,7 +310,6 @@ def test_upload_ask_click_citation_and_inspect(page):
     screenshot(page, "screenshot-inspector.png")
 
     assert not external(page.requests), external(page.requests)
-    assert time.monotonic() - started < 90
 
 
 def test_hostile_markdown_stays_text(page):

@@ -64,6 +64,8 @@ def test_the_cited_page_is_rendered_with_the_passage_highlighted(workspace):
     renders = workspace.page_renderer.renders
     workspace.page_image(doc["id"], [1], ["Rapid swings of temperature and humidity do more harm"])
     assert workspace.page_renderer.renders == renders
+    # and a view asked for again (every rerun of the page) is the finished image itself
+    assert workspace.page_image(doc["id"], [1], [CITED]) is cited
 
 
 def test_the_page_that_has_the_sentence_is_chosen_from_a_range(workspace):

@@ -24,6 +24,7 @@ from PIL import Image, ImageDraw
 TARGET_WIDTH_PX = 900
 MAX_SCALE = 3.0
 CACHE_PAGES = 24
+CACHE_VIEWS = 64  # finished images by (document, pages, sentences): a rerun re-sends, not re-paints
 JPEG_QUALITY = 80
 HIGHLIGHT_RGBA = (255, 164, 33, 96)
 OUTLINE_RGBA = (230, 120, 0, 220)
@@ -161,6 +162,9 @@ class PageRenderer:
     def __init__(self, capacity: int = CACHE_PAGES):
         self.capacity = capacity
         self._cache: OrderedDict[tuple[str, int], _Page] = OrderedDict()
+        self._views: OrderedDict[tuple[str, tuple[int, ...], tuple[str, ...]], PageImage] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
         self.renders = 0  # pages rendered from the PDF (not served from the cache)
 
@@ -182,6 +186,8 @@ class PageRenderer:
         with self._lock:
             for cached in [k for k in self._cache if k[0] == key]:
                 del self._cache[cached]
+            for view in [k for k in self._views if k[0] == key]:
+                del self._views[view]
 
     def render(
         self,
@@ -194,6 +200,22 @@ class PageRenderer:
         the sentences highlighted. ``key`` names the document in the cache."""
         if not pages:
             raise PageRenderError("no page to show")
+        view_key = (key, tuple(pages), tuple(sentences))
+        with self._lock:
+            done = self._views.get(view_key)
+            if done is not None:
+                self._views.move_to_end(view_key)
+                return done
+        image = self._render(key, data, pages, sentences)
+        with self._lock:
+            self._views[view_key] = image
+            while len(self._views) > CACHE_VIEWS:
+                self._views.popitem(last=False)
+        return image
+
+    def _render(
+        self, key: str, data: bytes, pages: Sequence[int], sentences: Sequence[str]
+    ) -> PageImage:
         chosen, ranges = None, []
         for number in pages:
             page = self._page(key, data, number)
