@@ -156,3 +156,13 @@ def test_uncited_sources_are_marked_and_scope_changes_every_id():
     assert "mg-default" not in group
     assert mg.anchor_id("g1", "m", 1) != mg.anchor_id("g2", "m", 1)
     assert re.fullmatch(r"src-[\w-]+", mg.anchor_id("g1", "<x y>", 1))
+
+
+def test_ingest_outcomes_name_pages_only_for_pdfs():
+    from marginalia_app.ingest_view import outcome_label
+    from marginalia_core.ingest.pipeline import IngestOutcome
+
+    md = IngestOutcome("notes.md", "indexed", chunks=2, pages=1, mime="text/markdown")
+    assert outcome_label(md) == "notes\\.md — indexed: 2 passages"
+    pdf = IngestOutcome("r.pdf", "indexed", chunks=1, pages=4, mime="application/pdf")
+    assert outcome_label(pdf) == "r\\.pdf — indexed: 1 passage, 4 pages"

@@ -298,6 +298,7 @@ class IngestOutcome:
     pages: int = 1
     document_id: str | None = None
     existing: str | None = None  # the name a duplicate is already indexed under
+    mime: str = ""  # of an indexed document: only PDFs have pages worth naming
 
     @classmethod
     def from_event(cls, end: events.IngestEvent | None, name: str) -> IngestOutcome:
@@ -314,6 +315,7 @@ class IngestOutcome:
         return cls(
             doc.get("name", name), "indexed", chunks=doc.get("chunk_count", 0),
             pages=doc.get("page_count", 1), document_id=doc.get("id"),
+            mime=doc.get("mime", ""),
         )
 
 
