@@ -187,6 +187,6 @@ def margin_cards(at) -> list[MarginCard]:
 
     for element in at.get("html"):
         body = element.proto.body
-        if "mg-margin" in body:
+        if body.startswith("<div class=\"mg-margin\">"):
             Parser().feed(body)
     return [c for c in cards if c.default_group]
