@@ -482,7 +482,7 @@ def test_phone_width_closes_the_sidebar_after_a_choice_and_stacks_the_margin(bro
         idle(page)
         expect(sidebar).to_have_attribute("data-collapsed", "true")
         open_sidebar()
-        sidebar.get_by_role("button", name=re.compile("What did Fermat")).click()
+        sidebar.get_by_role("button", name=re.compile("What did Fermat")).first.click()
         idle(page)
         expect(sidebar).to_have_attribute("data-collapsed", "true")
 
