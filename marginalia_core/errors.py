@@ -93,3 +93,9 @@ class ModelServerError(MarginaliaError):
     does not list its models)."""
 
     reason = "model_server"
+
+
+class InvalidInputError(MarginaliaError):
+    """A request the user can fix (a blank title, say); nothing was changed."""
+
+    reason = "invalid_input"
