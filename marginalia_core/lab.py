@@ -17,6 +17,7 @@ import hashlib
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,6 +102,39 @@ class RetrievalLab:
             return "".join(line + "\n" for line in qs.write_jsonl(qset))
         raise qs.QuestionSetError(f"Unknown export format {fmt!r}: use jsonl or csv.")
 
+    def import_upload(
+        self, files: dict[str, bytes], *, name: str, replace: bool = False
+    ) -> qs.QuestionSetSummary:
+        """Import uploaded files (file name -> bytes): a ``.csv`` (question, document, page), a
+        ``.jsonl`` export, or BEIR's ``queries.jsonl`` with a qrels ``.tsv``."""
+        if not name.strip():
+            raise qs.QuestionSetError("Give the imported question set a name.")
+        if not files:
+            raise qs.QuestionSetError("Choose a file to import.")
+        folder = Path(tempfile.mkdtemp(prefix="marginalia-import-"))
+        try:
+            paths = {}
+            for fname, data in files.items():
+                path = folder / Path(fname).name
+                path.write_bytes(data)
+                paths[path.suffix.lower()] = path
+            qrels = paths.get(".tsv")
+            if qrels is not None:
+                queries = paths.get(".jsonl")
+                if queries is None:
+                    raise qs.QuestionSetError(
+                        "A BEIR import needs queries.jsonl next to the qrels .tsv file."
+                    )
+                return self.import_set(queries, name=name.strip(), qrels=qrels, replace=replace)
+            if len(paths) != 1:
+                raise qs.QuestionSetError(
+                    "Import one .csv or .jsonl file, or a BEIR queries.jsonl with its .tsv."
+                )
+            return self.import_set(next(iter(paths.values())), name=name.strip(),
+                                   replace=replace)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def add_question(
         self, set_name: str, question: str, chunk_ids: list[int], *, by: str = "span"
     ) -> qs.QuestionSetSummary:
@@ -133,7 +167,7 @@ class RetrievalLab:
     def default_config(self) -> ev.EvalConfig:
         s = self.ws.settings
         return ev.EvalConfig(
-            mode=s.retrieval_mode, threshold=s.threshold, top_k=s.top_k,
+            mode=s.retrieval_mode, threshold=s.threshold, top_k=s.top_k, alpha=s.fusion_alpha,
             chunk_target=s.chunk_target, chunk_overlap=s.chunk_overlap,
             embedder=self.ws.embedder.key,
         )
@@ -196,6 +230,19 @@ class RetrievalLab:
 
     def config(self, name: str) -> ev.EvalConfig:
         return ev.EvalConfig.from_dict(self.sets.config(name))
+
+    def apply(self, config: ev.EvalConfig) -> Iterator[dict[str, Any]]:
+        """"Apply to Chat": the configuration becomes this library's retrieval settings (saved
+        in the database); documents chunked otherwise are re-indexed (the events of each)."""
+        return self.ws.apply_settings({
+            "retrieval_mode": config.mode, "threshold": config.threshold,
+            "top_k": config.top_k, "fusion_alpha": config.alpha,
+            "chunk_target": config.chunk_target, "chunk_overlap": config.chunk_overlap,
+        })
+
+    def applied(self) -> ev.EvalConfig:
+        """The configuration Chat uses now (the applied settings over the defaults)."""
+        return self.default_config()
 
     def compare(
         self, set_name: str, a: str | ev.EvalConfig, b: str | ev.EvalConfig, *, progress=None,

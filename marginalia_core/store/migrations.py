@@ -192,6 +192,20 @@ def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m010_library_settings(conn: sqlite3.Connection) -> None:
+    """Retrieval settings applied to the library from the Inspector's lab (mode, threshold,
+    passages returned, keyword weight, passage size): one JSON value per key. Chat reads them
+    over the environment's defaults, so what was tuned is what answers use."""
+    _run(
+        conn,
+        """CREATE TABLE library_settings (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL,
+            updated TEXT NOT NULL
+        )""",
+    )
+
+@migration
 def m012_library_token(conn: sqlite3.Connection) -> None:
     """A random token fixed for the life of the database: the quantised vector sidecar
     (``<db>.vectors/``) records it, so codes written for another database that later sat at
@@ -199,6 +213,7 @@ def m012_library_token(conn: sqlite3.Connection) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO state (key, value) VALUES ('library_token', (random() & 4611686018427387903) + 1)"
     )
+
 
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:
