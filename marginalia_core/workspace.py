@@ -274,9 +274,11 @@ class Workspace:
         k: int | None = None,
         threshold: float | None = None,
         mode: str | None = None,
+        alpha: float | None = None,
     ) -> list[Hit]:
-        """The passages an answer would be given, best first."""
-        return self.retriever.search(query, k=k, threshold=threshold, mode=mode)
+        """The passages an answer would be given, best first (``alpha``: hybrid weight of the
+        cosine; None = the library's setting)."""
+        return self.retriever.search(query, k=k, threshold=threshold, mode=mode, alpha=alpha)
 
     def sources(self, hits: list[Hit]) -> list[events.Source]:
         """Hits numbered from 1 as the sources of an answer."""
