@@ -152,7 +152,7 @@ def question_table(result: ev.EvalResult) -> pd.DataFrame:
 
 
 def config_label(c: ev.EvalConfig) -> str:
-    t = "default" if c.threshold is None else f"{c.threshold:.2f}"
+    t = f"{default_threshold:.2f}" if c.threshold is None else f"{c.threshold:.2f}"
     kw = "" if c.mode != "hybrid" else (
         f" · keyword weight {1 - (lexical.ALPHA if c.alpha is None else c.alpha):.2f}")
     size = "" if c.chunk_target is None else f" · passages {c.chunk_target}/{c.chunk_overlap}"
@@ -208,7 +208,8 @@ query = st.text_input(
 st.markdown("**Retrieval settings**", help="What Chat searches with once you apply them. "
             "Environment variables (MARGINALIA_THRESHOLD, _TOP_K, _RETRIEVAL, _CHUNK_TARGET, "
             "_CHUNK_OVERLAP) stay the defaults underneath.")
-controls = st.columns([3, 3, 2, 3, 2, 2], gap="medium", vertical_alignment="bottom")
+controls = st.columns([3, 6, 2], gap="medium", vertical_alignment="bottom")
+controls += st.columns([4, 2, 2, 4], gap="medium", vertical_alignment="bottom")
 with controls[0]:
     threshold = st.slider(
         "Relevance threshold", min_value=0.0, max_value=1.0, step=0.01,
@@ -265,7 +266,7 @@ def effective(c: ev.EvalConfig) -> tuple:
 
 
 same_as_chat = effective(current) == effective(applied)
-apply_col, status_col = st.columns([1, 4], vertical_alignment="center")
+apply_col, status_col = controls[6], st.container()
 if apply_col.button("Apply to Chat", type="primary", icon=":material/done_all:",
                     key="inspector_apply", disabled=same_as_chat,
                     help="Chat uses these settings already" if same_as_chat else
@@ -342,47 +343,51 @@ def show_ranking() -> None:
     ], columns=["returned", "document", "page", "hybrid score", "hybrid rank", "cosine",
                 "meaning rank", "bm25", "keyword rank", "passes", "excerpt", "chunk_id"])
 
-    chart_col, table_col = st.columns([2, 5], gap="large")
-    with chart_col:
-        st.markdown("**Relevance of every passage**")
-        if len(df):
-            st.altair_chart(histogram(df, threshold), width="stretch")
-        st.caption(f"{len(explained)} passages were proposed by the meaning or keyword search; "
-                   f"ordered by {'the hybrid score' if mode == 'hybrid' else order_key.split('_')[0] + ' rank'}.")
-    with table_col:
-        st.markdown(f"**Why each passage ranked** · {MODE_LABELS[mode]}")
-        picked = st.dataframe(
-            table.drop(columns=["chunk_id"]), hide_index=True, width="stretch", height=360,
-            on_select="rerun", selection_mode="single-row", key="inspector_table",
-            column_config={
-                "returned": st.column_config.NumberColumn(
-                    "returned", help=f"Rank among the passages {MODE_LABELS[mode]} returns "
-                    f"(top {top_k}); empty = not returned", width="small"),
-                "document": st.column_config.TextColumn(width="medium"),
-                "page": st.column_config.TextColumn(width="small"),
-                "hybrid score": st.column_config.NumberColumn(
-                    format="%.4f", help="The fused score the hybrid order is sorted by"),
-                "hybrid rank": st.column_config.NumberColumn(width="small"),
-                "cosine": st.column_config.ProgressColumn(
-                    "meaning (cosine)", min_value=0.0, max_value=1.0, format="%.3f",
-                    help="Cosine similarity of the question and the passage"),
-                "meaning rank": st.column_config.NumberColumn(width="small"),
-                "bm25": st.column_config.NumberColumn(
-                    "keywords (BM25)", format="%.2f", help="BM25 keyword score (when a word "
-                    "matched)"),
-                "keyword rank": st.column_config.NumberColumn(width="small"),
-                "passes": st.column_config.CheckboxColumn(
-                    help=f"cosine ≥ {threshold:.2f}, or holds every keyword"),
-                "excerpt": st.column_config.TextColumn(width="large"),
-            },
-        )
+    order_label = {"hybrid": "the hybrid score", "dense": "the meaning rank",
+                   "lexical": "the keyword rank"}[mode]
+    st.markdown(f"**Why each passage ranked** · {MODE_LABELS[mode]}",
+                help=f"The {len(explained)} passages the meaning or keyword search proposed, "
+                f"ordered by {order_label}. Select a row to read the whole passage.")
+    picked = st.dataframe(
+        table.drop(columns=["chunk_id"]), hide_index=True, width="stretch", height=360,
+        on_select="rerun", selection_mode="single-row", key="inspector_table",
+        column_config={
+            "returned": st.column_config.NumberColumn(
+                "returned", width=70, help=f"Rank among the passages {MODE_LABELS[mode]} "
+                f"returns (top {top_k}); empty = not returned"),
+            "document": st.column_config.TextColumn(width=130),
+            "page": st.column_config.TextColumn(width=45),
+            "hybrid score": st.column_config.NumberColumn(
+                "hybrid", format="%.4f", width=65,
+                help="The fused score the hybrid order is sorted by"),
+            "hybrid rank": st.column_config.NumberColumn("rank", width=40, help="Hybrid rank"),
+            "cosine": st.column_config.ProgressColumn(
+                "meaning", min_value=0.0, max_value=1.0, format="%.3f", width=85,
+                help="Cosine similarity of the question and the passage"),
+            "meaning rank": st.column_config.NumberColumn("rank", width=40,
+                                                          help="Rank by meaning (cosine)"),
+            "bm25": st.column_config.NumberColumn(
+                "keywords", format="%.2f", width=70,
+                help="BM25 keyword score (when a word matched)"),
+            "keyword rank": st.column_config.NumberColumn("rank", width=40,
+                                                          help="Rank by keywords (BM25)"),
+            "passes": st.column_config.CheckboxColumn(
+                width=55, help=f"cosine ≥ {threshold:.2f}, or holds every keyword"),
+            "excerpt": st.column_config.TextColumn(width=135),
+        },
+    )
     if not len(table):
         st.caption("No passage of the chosen documents was proposed.")
         return
     selected = picked.selection.rows or [0]
     row = shown[selected[0]]
     terms = lexical.query_terms(q)
-    with st.container(border=True, key="inspector_passage"):
+    passage_col, chart_col = st.columns([3, 2], gap="large")
+    with chart_col:
+        st.markdown("**Relevance of every passage**")
+        if len(df):
+            st.altair_chart(histogram(df, threshold), width="stretch")
+    with passage_col, st.container(border=True, key="inspector_passage"):
         st.markdown(
             f"**{fmt.escape_inline(row.document_name, 80)}** · "
             f"{fmt.page_label(row.page_start, row.page_end)} · passage {row.idx} · "
@@ -437,7 +442,8 @@ def show_sets() -> None:
                                     "judgments": s.judgments, "about": s.description}
                                    for s in summaries]),
                      hide_index=True, width="stretch",
-                     column_config={"about": st.column_config.TextColumn(width="large")})
+                     column_config={"set": st.column_config.TextColumn(width=200),
+                                    "about": st.column_config.TextColumn(width=360)})
     else:
         st.caption("None yet: add a question above or import a set.")
     imp, exp = st.columns(2, gap="large")
@@ -521,11 +527,16 @@ def show_evaluate() -> None:
         st.markdown(f"**{fmt.escape_inline(name)}** · {config_label(result.config)}")
         metric_row(result.metrics, result.config.top_k)
         st.dataframe(question_table(result), hide_index=True, width="stretch",
+                     key="inspector_questions",
                      column_config={
-                         "question": st.column_config.TextColumn(width="large"),
+                         "question": st.column_config.TextColumn(width=240),
                          "first relevant at": st.column_config.NumberColumn(
-                             help="Rank of the first relevant passage (empty: not in the "
-                             f"first {ev.DEPTH})"),
+                             width=90, help="Rank of the first relevant passage (empty: not "
+                             f"in the first {ev.DEPTH})"),
+                         "found": st.column_config.TextColumn(width=170),
+                         "missed": st.column_config.TextColumn(width=170),
+                         "recall": st.column_config.NumberColumn(width=60),
+                         "precision": st.column_config.NumberColumn(width=70),
                      })
         cname, csave = st.columns([3, 1], vertical_alignment="bottom")
         label = cname.text_input("Save these settings as", key="inspector_cfg_name",
@@ -610,9 +621,14 @@ def show_compare() -> None:
         {"question": d.question, "rank in A": d.rank_a, "rank in B": d.rank_b,
          "moved up": d.shift, "gained": ", ".join(d.gained), "lost": ", ".join(d.lost)}
         for d in cmp.deltas]), hide_index=True, width="stretch", key="inspector_deltas",
-        column_config={"question": st.column_config.TextColumn(width="large"),
+        column_config={"question": st.column_config.TextColumn(width=250),
+                       "rank in A": st.column_config.NumberColumn(width=70),
+                       "rank in B": st.column_config.NumberColumn(width=70),
                        "moved up": st.column_config.NumberColumn(
-                           help="How many places B moved the first relevant passage up")})
+                           width=70, help="How many places B moved the first relevant "
+                           "passage up"),
+                       "gained": st.column_config.TextColumn(width=160),
+                       "lost": st.column_config.TextColumn(width=160)})
 
 
 # ---- passage size on one document

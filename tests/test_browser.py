@@ -287,7 +287,7 @@ def test_upload_ask_click_citation_and_inspect(page):
 
     # Inspector: every chunk scored; the threshold slider moves with the keyboard
     go(page, "Retrieval Inspector")
-    query = page.get_by_label("Query")
+    query = page.get_by_label("Question", exact=True)
     query.fill("What did Fermat write in the margin?")
     query.press("Enter")
     idle(page)
