@@ -53,8 +53,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", default="tune")
     args = ap.parse_args()
-    prepared = {n: pickle.load(open(CACHE / f"prepared-{n}-{args.split}.pkl", "rb"))
-                for n in NAMES if (CACHE / f"prepared-{n}-{args.split}.pkl").exists()}
+    prepared = {}
+    for n in NAMES:
+        path = CACHE / f"prepared-{n}-{args.split}.pkl"
+        if path.exists():
+            with open(path, "rb") as f:
+                prepared[n] = pickle.load(f)
     base = {n: (ndcg(p, dense), ndcg(p, bm25)) for n, p in prepared.items()}
     print(json.dumps({n: [round(x, 4) for x in v] for n, v in base.items()}))
     rows = []

@@ -26,7 +26,7 @@ import numpy as np
 
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.retrieval import evaluation as ev
-from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Retriever
+from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
 from marginalia_core.store import question_sets as qs
 from marginalia_core.store.sqlite import Store, blob_to_vector, vector_to_blob
 
@@ -271,7 +271,21 @@ class RetrievalLab:
         """The score table for ``query``: per candidate cosine, BM25, fused score and its rank
         in each list. Moving ``alpha`` (the keyword weight is 1 - alpha) re-ranks the cached
         candidates without embedding the query again."""
-        key = (query, self.ws.store.generation())
+        return self.retriever.explain(query, threshold=threshold, alpha=alpha,
+                                      cands=self._candidates(query))
+
+    def search(
+        self, query: str, *, mode: str | None = None, threshold: float | None = None,
+        k: int | None = None, alpha: float | None = None,
+    ) -> list[Hit]:
+        """What search returns with these settings, from the same cached candidates as
+        ``explain`` (moving a control embeds nothing again)."""
+        ranked = self.retriever.rank(self._candidates(query), mode=mode, threshold=threshold,
+                                     k=self.ws.settings.top_k if k is None else k, alpha=alpha)
+        return self.retriever.hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
+
+    def _candidates(self, query: str) -> Candidates:
+        key = (query, self.ws.store.generation(), self.ws.embedder.key)
         with self._lock:
             cands = self._explained.get(key)
         if cands is None:
@@ -280,7 +294,7 @@ class RetrievalLab:
                 if len(self._explained) >= EXPLAIN_CACHE:
                     self._explained.pop(next(iter(self._explained)))
                 self._explained[key] = cands
-        return self.retriever.explain(query, threshold=threshold, alpha=alpha, cands=cands)
+        return cands
 
     # -- scratch indexes ----------------------------------------------------------------------
 

@@ -305,7 +305,7 @@ def show_ranking() -> None:
     rows = score_rows(q, generation, embedder.key, ws)
     df = pd.DataFrame(rows)
     df["passes"] = df["score"] >= threshold
-    hits = ws.search(q, k=top_k, threshold=threshold, mode=mode, alpha=alpha)
+    hits = lab.search(q, k=top_k, threshold=threshold, mode=mode, alpha=alpha)
     returned = {h.chunk_id: h.rank for h in hits}
     explained = lab.explain(q, threshold=threshold, alpha=alpha)
 
@@ -409,7 +409,7 @@ def show_sets() -> None:
     if not q:
         st.caption("Type a question above first.")
     else:
-        hits = ws.search(q, k=max(top_k, 8), threshold=-1.0, mode=mode, alpha=alpha)
+        hits = lab.search(q, k=max(top_k, 8), threshold=-1.0, mode=mode, alpha=alpha)
         digest = hashlib.blake2b(q.encode(), digest_size=6).hexdigest()
         ticked = []
         for h in hits:

@@ -52,7 +52,7 @@ def fill(pg, label: str, text: str) -> None:
     idle(pg)
 
 
-def test_make_a_set_evaluate_sweep_and_compare(page):
+def test_make_a_set_evaluate_sweep_and_compare(page):  # noqa: F811 - the imported fixture
     from playwright.sync_api import expect
 
     page.set_viewport_size({"width": WIDTH, "height": 900})

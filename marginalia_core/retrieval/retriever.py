@@ -351,6 +351,10 @@ class Retriever:
             )
         return out
 
+    def hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
+        """``(chunk_id, cosine, bm25 or None)`` in order as numbered hits with their text."""
+        return self._hits(ordered)
+
     def _hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
         rows = self.store.chunks_by_ids([cid for cid, _, _ in ordered])
         hits = []
