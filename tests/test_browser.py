@@ -230,7 +230,6 @@ def test_upload_ask_click_citation_and_inspect(page):
 
     if not PDF.exists():
         pytest.skip(f"{PDF} is not present (../shared/eval is shared data)")
-    started = time.monotonic()
 
     # Documents: upload the PDF, see it indexed with its pages
     upload(page, str(PDF))
@@ -307,11 +306,11 @@ def test_upload_ask_click_citation_and_inspect(page):
     after = passing.inner_text()
     assert before != after, "moving the threshold did not change how many chunks pass"
     expect(page.locator('[data-testid="stVegaLiteChart"]').first).to_be_visible()
+    page.get_by_text("Why each passage ranked").scroll_into_view_if_needed()
     page.wait_for_timeout(800)
     screenshot(page, "screenshot-inspector.png")
 
     assert not external(page.requests), external(page.requests)
-    assert time.monotonic() - started < 90
 
 
 def test_hostile_markdown_stays_text(page):
