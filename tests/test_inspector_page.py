@@ -177,3 +177,26 @@ def test_no_match_reply_links_to_the_settings(app_env):
     assert not at.exception
     links = [e for e in at.get("page_link") if "retrieval settings" in e.proto.label]
     assert links and links[0].proto.page == "inspector"
+
+
+def test_keyword_weight_and_passage_size_sweeps(app_env):
+    ws = app_env
+    at = start()
+    make_set(at, "sizes")
+    section(at, "Evaluate and tune")
+    charts_before = len(at.get("vega_lite_chart"))
+    at.button(key="inspector_sweep_w").click().run()
+    assert not at.exception
+    sweep = ws.lab.weight_sweep("sizes", ws.lab.default_config())
+    best = 0.55 if sweep.best is None else sweep.best
+    assert f"**Keyword weight sweep** · best {1 - best:.2f}" in [m.value for m in at.markdown]
+    assert len(at.get("vega_lite_chart")) == charts_before + 1
+
+    at.button(key="inspector_sweep_c").click().run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "passage size" in d.value.columns)
+    assert table["passage size"].tolist() == [800, 1400, 2000]
+    assert table["embedded now"].tolist()[1] == 0  # the library's own passages: no embedding
+    assert (table["passages"].diff().dropna() <= 0).all()  # bigger passages, fewer of them
+    assert not list(ws.store.conn.execute(
+        "SELECT 1 FROM documents WHERE chunk_target != 1400"))  # the library is untouched
