@@ -129,3 +129,21 @@ def test_import_an_uploaded_csv_and_a_beir_pair(library):
     with pytest.raises(QuestionSetError, match="line 2"):
         lab.import_upload({"bad.csv": b"question,document\nonly a question\n"}, name="bad")
     assert {s.name for s in lab.list_sets()} == {"uploaded", "beir"}
+
+
+def test_the_fusion_weight_setting_orders_hybrid_results(library, local_embedder):
+    from marginalia_core.config import load_settings
+
+    env = {"MARGINALIA_DB": library.defaults.db_path, "MARGINALIA_EMBEDDER": "local",
+           "MARGINALIA_FUSION_ALPHA": "0.1"}
+    ws = Workspace(load_settings(env=env))
+    ws.__dict__["embedder"] = local_embedder
+    try:
+        assert ws.settings.fusion_alpha == 0.1
+        cands = ws.retriever.candidates("millstones flour")
+        expected = [r.chunk_id for r in cands.table(0.1)]
+        got = [r.chunk_id for r in ws.retriever.rank(cands, mode="hybrid", threshold=-1.0)]
+        assert got == expected
+        assert [r.fused for r in cands.table(0.1)] != [r.fused for r in cands.table(None)]
+    finally:
+        ws.close()
