@@ -282,8 +282,8 @@ if apply_col.button("Apply to Chat", type="primary", icon=":material/done_all:",
         " Documents were re-indexed with the new passage size." if outcome else "")
     st.rerun()
 status_col.caption(
-    ("Chat uses these settings." if same_as_chat else "Chat uses: " + config_label(applied))
-    + ("" if ws.applied_settings() else " (the defaults)")
+    ("Chat uses these settings" if same_as_chat else "Chat uses: " + config_label(applied))
+    + ("" if ws.applied_settings() else " (the defaults)") + "."
 )
 if flash := state.pop("inspector_flash", None):
     st.success(fmt.escape_inline(flash), icon=":material/check_circle:")
@@ -402,6 +402,21 @@ def set_names() -> list[str]:
     return [s.name for s in lab.list_sets()]
 
 
+def save_question(question: str, ticked: list[int], digest: str) -> None:
+    """The Save button's callback: append the question, then untick its passages (a second
+    click would save it twice)."""
+    name = (state.get("inspector_new_set") or "").strip() or "My questions"
+    try:
+        summary = lab.add_question(name, question, ticked)
+    except MarginaliaError as exc:
+        state["inspector_save_error"] = exc.message
+        return
+    for chunk_id in ticked:
+        state[f"tick-{digest}-{chunk_id}"] = False
+    state["inspector_set"] = state["_kept_inspector_set"] = summary.name
+    state["inspector_saved"] = f"Saved. {summary.name} has {summary.questions} question(s)."
+
+
 def show_sets() -> None:
     st.markdown("**Add a question to a set**",
                 help="Run a question above, tick the passages that answer it, save. The "
@@ -411,6 +426,8 @@ def show_sets() -> None:
     else:
         hits = lab.search(q, k=max(top_k, 8), threshold=-1.0, mode=mode, alpha=alpha)
         digest = hashlib.blake2b(q.encode(), digest_size=6).hexdigest()
+        st.caption(f"Passages for “{fmt.escape_inline(q, 120)}”, best first: tick the ones "
+                   "that answer it.")
         ticked = []
         for h in hits:
             label = (f"{fmt.escape_inline(h.document_name, 50)} · "
@@ -420,19 +437,18 @@ def show_sets() -> None:
                 ticked.append(h.chunk_id)
         names = set_names()
         c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
-        name = c1.text_input("Question set", key="inspector_new_set",
+        c1.text_input("Question set", key="inspector_new_set",
                              value=state.get("inspector_set") or (names[0] if names else
                                                                    "My questions"),
                              help="An existing set gets the question appended; a new name "
                              "creates the set.")
-        if c2.button("Save question", icon=":material/add_task:", key="inspector_save_q",
-                     disabled=not ticked, help=None if ticked else "Tick a passage first"):
-            summary = run_guarded(lab.add_question, name.strip() or "My questions", q, ticked)
-            if summary is not None:
-                state["inspector_set"] = summary.name
-                state["_kept_inspector_set"] = summary.name
-                st.success(f"Saved. {fmt.escape_inline(summary.name)} has "
-                           f"{summary.questions} question(s).", icon=":material/check_circle:")
+        c2.button("Save question", icon=":material/add_task:", key="inspector_save_q",
+                  disabled=not ticked, help=None if ticked else "Tick a passage first",
+                  on_click=save_question, args=(q, ticked, digest))
+        if saved := state.pop("inspector_saved", None):
+            st.success(fmt.escape_inline(saved), icon=":material/check_circle:")
+        if failed := state.pop("inspector_save_error", None):
+            st.error(fmt.escape_inline(failed), icon=":material/error:")
 
     st.divider()
     summaries = lab.list_sets()

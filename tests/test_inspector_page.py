@@ -78,6 +78,7 @@ def make_set(at: AppTest, name: str = "mine") -> None:
         at.button(key="inspector_save_q").click().run()
         assert not at.exception
         assert at.success and "Saved" in at.success[0].value
+        assert not any(c.value for c in at.checkbox if c.key.startswith("tick-"))  # unticked
 
 
 def test_make_evaluate_sweep_save_and_compare(app_env):

@@ -2,7 +2,7 @@
 3 questions by ticking the passages that answer them, evaluate it, sweep the threshold and see
 the curve, save two configurations and compare them. `streamlit run` + Playwright over Debian's
 chromium, offline, its own database (the fixtures of test_browser.py, a server of its own).
-Saves docs/screenshot-lab-evaluate.png and docs/screenshot-lab-compare.png."""
+Saves docs/screenshot-lab-questions.png, -lab-evaluate.png and -lab-compare.png."""
 
 from __future__ import annotations
 
@@ -77,6 +77,8 @@ def test_make_a_set_evaluate_sweep_and_compare(page):  # noqa: F811 - the import
         page.get_by_role("button", name="Save question").click()
         idle(page)
         expect(page.get_by_text(f"browser set has {n} question(s)")).to_be_visible()
+    page.wait_for_timeout(500)
+    screenshot(page, "screenshot-lab-questions.png")
 
     section(page, "Evaluate and tune")
     page.get_by_role("button", name="Evaluate", exact=True).click()
