@@ -50,6 +50,7 @@ class Workspace:
         setting, so choosing another chat model does not load the embedding model again)."""
         self.defaults = settings or load_settings()  # environment / secrets / built-in
         self._settings: Settings | None = None
+        self._mark: str | None = None
         self._lock = threading.Lock()
         if embedder is not None:
             self.__dict__["embedder"] = embedder
@@ -58,10 +59,21 @@ class Workspace:
 
     @property
     def settings(self) -> Settings:
-        """The defaults with the retrieval settings applied to this library on top."""
-        if self._settings is None:
-            self._settings = self.defaults.with_overrides(**self.applied_settings())
+        """The defaults with the retrieval settings applied to this library on top; read
+        again when another Workspace (process, session) applied new ones."""
+        mark = self._applied_mark()
+        if self._settings is None or mark != self._mark:
+            self._mark = mark
+            self._use(self.defaults.with_overrides(**self.applied_settings()))
         return self._settings
+
+    def _applied_mark(self) -> str | None:
+        """The applied settings' whole content (a handful of short rows): cheap to compare."""
+        row = self.store.conn.execute(
+            "SELECT group_concat(key || '=' || value, ';') FROM "
+            "(SELECT key, value FROM library_settings ORDER BY key)"
+        ).fetchone()
+        return row[0] if row else None
 
     @cached_property
     def store(self) -> Store:
@@ -88,6 +100,7 @@ class Workspace:
         if merged.retrieval_mode not in RETRIEVAL_MODES:
             raise ValueError(f"retrieval mode must be one of {', '.join(RETRIEVAL_MODES)}")
         QuestionSets(self.store).apply_settings(kept)
+        self._mark = self._applied_mark()
         self._use(merged)
         target, overlap = merged.chunk_target, effective_overlap(
             merged.chunk_target, merged.chunk_overlap)
@@ -278,6 +291,7 @@ class Workspace:
     ) -> list[Hit]:
         """The passages an answer would be given, best first (``alpha``: hybrid weight of the
         cosine; None = the library's setting)."""
+        self.settings  # noqa: B018 - picks up settings applied elsewhere
         return self.retriever.search(query, k=k, threshold=threshold, mode=mode, alpha=alpha)
 
     def sources(self, hits: list[Hit]) -> list[events.Source]:
@@ -298,7 +312,9 @@ class Workspace:
         k: int | None = None,
         threshold: float | None = None,
     ) -> Iterator[events.ChatEvent]:
-        """A cited answer as events: ``meta``, ``token``..., then ``done`` or ``error``."""
+        """A cited answer as events: ``meta``, ``token``..., then ``done`` or ``error``,
+        retrieved with the library's applied settings (also those applied elsewhere)."""
+        self.settings  # noqa: B018 - picks up settings applied elsewhere
         return self.chat.ask(question, conversation_id, k=k, threshold=threshold)
 
     def conversations(self) -> list[dict[str, Any]]:

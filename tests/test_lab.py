@@ -147,3 +147,18 @@ def test_the_fusion_weight_setting_orders_hybrid_results(library, local_embedder
         assert [r.fused for r in cands.table(0.1)] != [r.fused for r in cands.table(None)]
     finally:
         ws.close()
+
+
+def test_settings_applied_elsewhere_reach_a_running_workspace(library, local_embedder):
+    """Two Workspaces on one library (two app processes, or two chat-model choices): what one
+    applies, the other's Chat retrieves with on its next question."""
+    other = reopen(library, local_embedder)
+    try:
+        assert other.retriever.settings.top_k == 6
+        list(library.lab.apply(ev.EvalConfig(mode="dense", threshold=0.0, top_k=1)))
+        meta = next(iter(other.ask("How do bees find flowers?")))
+        assert len(meta["sources"]) == 1
+        assert other.retriever.settings is other.settings
+        assert other.settings.top_k == 1 and other.settings.retrieval_mode == "dense"
+    finally:
+        other.close()
