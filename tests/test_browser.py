@@ -306,7 +306,7 @@ def test_upload_ask_click_citation_and_inspect(page):
     after = passing.inner_text()
     assert before != after, "moving the threshold did not change how many chunks pass"
     expect(page.locator('[data-testid="stVegaLiteChart"]').first).to_be_visible()
-    page.get_by_text("Why each passage ranked").scroll_into_view_if_needed()
+    page.locator(".st-key-inspector_passage").scroll_into_view_if_needed()  # table + passage
     page.wait_for_timeout(800)
     screenshot(page, "screenshot-inspector.png")
 
