@@ -36,6 +36,7 @@ _ANSWER_ESCAPE = frozenset("\\[]<!$&:@")
 
 BADGE_COLOR = "blue"
 HIGHLIGHT = "orange-background"
+STEM_CHARS = 4  # term_spans: shortest term matched by prefix
 INVALID_MARK_COLOR = "red"
 
 
@@ -412,6 +413,23 @@ def passage_markdown(
     suffix = " …" if hi < len(display) else ""
     shifted = [(max(a, lo) - lo, min(b, hi) - lo) for a, b in spans if b > lo and a < hi]
     return prefix + _highlighted(display[lo:hi], shifted) + suffix
+
+
+def term_spans(content: str, terms: Sequence[str]) -> list[tuple[int, int]]:
+    """Where the query's ``terms`` occur in ``display_text(content)``, for ``passage_markdown``.
+    A word matches a term it starts with when both share at least STEM_CHARS letters, a rough
+    stand-in for the index's porter stemming ("margins" for "margin")."""
+    display = display_text(content)
+    words = [t.lower() for t in terms if t]
+    if not words:
+        return []
+    spans = []
+    for m in re.finditer(r"[^\W_]+", display):
+        w = m.group(0).lower()
+        if any(w == t or (len(t) >= STEM_CHARS and (w.startswith(t[:max(STEM_CHARS, len(t) - 2)])))
+               for t in words):
+            spans.append(m.span())
+    return spans
 
 
 def cited_window(

@@ -29,6 +29,7 @@ _ENV = {
     "MARGINALIA_RETRIEVAL": ("retrieval_mode", str),
     "MARGINALIA_TOP_K": ("top_k", int),
     "MARGINALIA_THRESHOLD": ("threshold", float),
+    "MARGINALIA_FUSION_ALPHA": ("fusion_alpha", float),
     "MARGINALIA_CHUNK_TARGET": ("chunk_target", int),
     "MARGINALIA_CHUNK_OVERLAP": ("chunk_overlap", int),
     "MARGINALIA_MAX_UPLOAD_MB": ("max_upload_mb", float),
@@ -55,6 +56,7 @@ class Settings:
     retrieval_mode: str = DEFAULT_RETRIEVAL_MODE
     top_k: int = DEFAULT_TOP_K
     threshold: float | None = None  # None: the embedder's own default
+    fusion_alpha: float | None = None  # hybrid weight of the cosine; None: lexical.ALPHA
     chunk_target: int = 1400
     chunk_overlap: int = 200
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB

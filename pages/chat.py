@@ -17,9 +17,10 @@ from marginalia_app import passages as margin
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import index_samples
 from marginalia_app.samples import SAMPLE_QUESTIONS, samples_in_library
-from marginalia_app.shell import DOCUMENTS_PAGE, page
+from marginalia_app.shell import DOCUMENTS_PAGE, INSPECTOR_PAGE, page
 from marginalia_core.citations import cited
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.providers.answerers.prompting import NO_SOURCES_ANSWER
 
 ws = page()
 state = st.session_state
@@ -118,6 +119,9 @@ def render_answer_block(message: dict[str, Any]) -> None:
             f":red[:material/warning:] {listed} in this answer "
             f"{'does' if len(invalid) == 1 else 'do'} not match any retrieved passage."
         )
+    if not sources and message["content"] == NO_SOURCES_ANSWER:
+        st.page_link(INSPECTOR_PAGE, label="Open the retrieval settings Chat uses",
+                     icon=":material/tune:")
     if sources:
         by_n = {s["n"]: s for s in sources}
         mimes = _mimes()

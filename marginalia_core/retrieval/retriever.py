@@ -285,7 +285,7 @@ class Retriever:
         """
         threshold = self.threshold if threshold is None else threshold
         mode = mode or self.settings.retrieval_mode
-        rows = cands.table(alpha)
+        rows = cands.table(self.settings.fusion_alpha if alpha is None else alpha)
         if mode == "dense":
             rows.sort(key=lambda r: r.dense_rank)
             keep = [r for r in rows if r.cosine >= threshold]
@@ -330,7 +330,7 @@ class Retriever:
         ``alpha`` to re-rank with another keyword weight without embedding again."""
         threshold = self.threshold if threshold is None else threshold
         cands = cands or self.candidates(query)
-        rows = cands.table(alpha)
+        rows = cands.table(self.settings.fusion_alpha if alpha is None else alpha)
         meta = self.store.chunks_by_ids([r.chunk_id for r in rows])
         out = []
         for r in rows:
@@ -350,6 +350,10 @@ class Retriever:
                 )
             )
         return out
+
+    def hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
+        """``(chunk_id, cosine, bm25 or None)`` in order as numbered hits with their text."""
+        return self._hits(ordered)
 
     def _hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
         rows = self.store.chunks_by_ids([cid for cid, _, _ in ordered])

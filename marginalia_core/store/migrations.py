@@ -202,6 +202,20 @@ def m007_document_files(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m010_library_settings(conn: sqlite3.Connection) -> None:
+    """Retrieval settings applied to the library from the Inspector's lab (mode, threshold,
+    passages returned, keyword weight, passage size): one JSON value per key. Chat reads them
+    over the environment's defaults, so what was tuned is what answers use."""
+    _run(
+        conn,
+        """CREATE TABLE library_settings (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL,
+            updated TEXT NOT NULL
+        )""",
+    )
+
+@migration
 def m012_library_token(conn: sqlite3.Connection) -> None:
     """A random token fixed for the life of the database: the quantised vector sidecar
     (``<db>.vectors/``) records it, so codes written for another database that later sat at

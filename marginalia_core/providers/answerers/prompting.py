@@ -20,7 +20,8 @@ Sources:
 
 NO_SOURCES_ANSWER = (
     "I couldn't find anything in your documents that matches this question closely enough "
-    "to answer it. Try rephrasing, lowering the relevance threshold in the Retrieval Inspector, "
+    "to answer it. Try rephrasing, lowering the relevance threshold in the "
+    "Retrieval Inspector's settings (then Apply to Chat), "
     "or adding documents that cover it."
 )
 NO_DOCUMENTS_ANSWER = (
