@@ -190,6 +190,15 @@ def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m006_conversation_scope(conn: sqlite3.Connection) -> None:
+    """A conversation can be limited to some documents (``documents``: a JSON list of ids, NULL =
+    all), and each answer keeps the query actually searched (a follow-up is rewritten), so a
+    reopened conversation shows both. A JSON list rather than a join table with foreign keys:
+    re-indexing replaces a document's row under the same id, which would cascade it away."""
+    conn.execute("ALTER TABLE conversations ADD COLUMN documents TEXT")
+    conn.execute("ALTER TABLE messages ADD COLUMN query TEXT")
+
 
 @migration
 def m012_library_token(conn: sqlite3.Connection) -> None:
@@ -199,6 +208,7 @@ def m012_library_token(conn: sqlite3.Connection) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO state (key, value) VALUES ('library_token', (random() & 4611686018427387903) + 1)"
     )
+
 
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from marginalia_core.citations import MARK_RE
-from marginalia_core.providers.answerers.prompting import retrieval_query
+from marginalia_core.providers.answerers.prompting import STOPWORDS, retrieval_query
 
 MAX_SENTENCES = 3  # sentences in an answer
 MAX_ANSWER_CHARS = 900  # soft bound on the whole answer (the first sentence always goes in)
@@ -63,16 +63,6 @@ def _wordset(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-STOPWORDS = _wordset(
-    """a about above after again against all am an and any are as at be because been before being
-    below between both but by can could did do does doing down during each few for from further had
-    has have having he her here hers herself him himself his how i if in into is it its itself just
-    me more most my myself no nor not now of off on once only or other our ours ourselves out over
-    own same she should so some such than that the their theirs them themselves then there these
-    they this those through to too under until up very was we were what when where which while who
-    whom why will with would you your yours yourself yourselves tell say says said does according
-    document documents source sources text also else"""
-)
 PRONOUN_STARTS = _wordset(
     "he she it they his her its their this these those that such there however but"
 )
