@@ -32,7 +32,7 @@ from marginalia_core.workspace import Workspace
 
 GRID = {
     "NEIGHBOUR_WEIGHT": (0.0, 0.15, 0.3),
-    "CONTINUATION_RATIO": (0.35, 0.6, 9.0),  # 9.0: a continuation never joins
+    "CONTINUATION_RATIO": (0.15, 0.2, 0.35, 9.0),  # 9.0: a continuation never joins
     "SUPPORT_RATIO": (0.7, 0.8),
     "DENSE_WEIGHT": (0.5, 0.6),
 }
