@@ -273,3 +273,33 @@ def test_a_release_0_1_library_is_searchable_and_answerable_after_the_upgrade(tm
         assert len(ws.messages(conversation["id"])) == 4
     finally:
         ws.close()
+
+
+def test_m006_upgrades_a_library_with_conversations(db_path, monkeypatch):
+    """A library made before m006 keeps its conversations: each searches every document, and
+    its earlier answers have no saved query."""
+    from marginalia_core.store import migrations
+
+    before = [m for m in MIGRATIONS if m[0] < "m006"]
+    monkeypatch.setattr(migrations, "MIGRATIONS", before)
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    migrations.migrate(conn)
+    conn.execute("INSERT INTO conversations (id, title, created, updated) "
+                 "VALUES ('c1', 'old', '2026-01-01', '2026-01-01')")
+    conn.execute("INSERT INTO messages (id, conversation_id, role, content, sources, created) "
+                 "VALUES ('m1', 'c1', 'assistant', 'a [1]', '[]', '2026-01-01')")
+    conn.close()
+    monkeypatch.undo()
+
+    store = Store(db_path)
+    assert "m006_conversation_scope" in [
+        r[0] for r in store.conn.execute("SELECT name FROM _migrations")
+    ]
+    assert store.get_conversation("c1")["documents"] is None
+    assert store.messages("c1")[0]["query"] is None
+    doc, _, _ = _add(store)
+    store.set_conversation_documents("c1", [doc["id"], doc["id"]])
+    assert store.get_conversation("c1")["documents"] == [doc["id"]]  # de-duplicated
+    store.set_conversation_documents("c1", [])
+    assert store.get_conversation("c1")["documents"] is None
+    store.close()
