@@ -7,7 +7,7 @@ import re
 
 import pytest
 import squad_answers
-from conftest import PDFS, SHARED_EVAL, requires_eval
+from conftest import PDFS, SAMPLES, SHARED_EVAL, requires_eval
 
 from marginalia_core.citations import cited, find_marks
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path
@@ -342,7 +342,7 @@ def test_flagship_answer_has_the_note_and_the_claim_whole_and_cited(samples_ws):
     assert saved.startswith("Around 1637 the French mathematician Pierre de Fermat wrote")
     assert re.search(r"\[1\]", saved) and not re.search(r"\[[2-9]\]", saved.split("[1]")[0])
     # every sentence is verbatim from the sample and carries its mark
-    text = (ROOT / "samples" / "a-short-history-of-marginalia.md").read_text(encoding="utf-8")
+    text = (SAMPLES / "a-short-history-of-marginalia.md").read_text(encoding="utf-8")
     flat = " ".join(text.split())
     for sentence in re.split(r"(?<=\.)\s+", saved):
         plain = re.sub(r" \[\d+\](?=\.$)", "", sentence)
