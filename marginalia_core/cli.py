@@ -55,6 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ask", help="a cited answer, streamed as meta/token/done events")
     p.add_argument("question", metavar="QUESTION")
     p.add_argument("--conversation", metavar="ID", help="continue this conversation")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--document", action="append", metavar="ID", dest="documents",
+        help="search only this document (repeatable); kept on the conversation",
+    )
+    scope.add_argument(
+        "--all-documents", action="store_true",
+        help="search every document again (clears the conversation's --document choice)",
+    )
     _common(p)
 
     p = sub.add_parser("eval", help="retrieval metrics for a question set (see qsets)")
@@ -180,7 +189,11 @@ def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
 
 
 def cmd_ask(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    return _stream(ws.ask(args.question, conversation_id=args.conversation), out, err, "error")
+    documents = [] if args.all_documents else args.documents  # None: the conversation's own
+    return _stream(
+        ws.ask(args.question, conversation_id=args.conversation, documents=documents),
+        out, err, "error",
+    )
 
 
 def cmd_documents(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -306,11 +306,15 @@ class Workspace:
         threshold: float | None = None,
         mode: str | None = None,
         alpha: float | None = None,
+        documents: Iterable[str] | None = None,
     ) -> list[Hit]:
         """The passages an answer would be given, best first (``alpha``: hybrid weight of the
-        cosine; None = the library's setting)."""
+        cosine, None = the library's setting; ``documents``: only those)."""
         self.settings  # noqa: B018 - picks up settings applied elsewhere
-        return self.retriever.search(query, k=k, threshold=threshold, mode=mode, alpha=alpha)
+        return self.retriever.search(
+            query, k=k, threshold=threshold, mode=mode, alpha=alpha,
+            documents=None if documents is None else list(documents),
+        )
 
     def sources(self, hits: list[Hit]) -> list[events.Source]:
         """Hits numbered from 1 as the sources of an answer."""
@@ -329,11 +333,36 @@ class Workspace:
         *,
         k: int | None = None,
         threshold: float | None = None,
+        documents: Iterable[str] | None = None,
     ) -> Iterator[events.ChatEvent]:
         """A cited answer as events: ``meta``, ``token``..., then ``done`` or ``error``,
-        retrieved with the library's applied settings (also those applied elsewhere)."""
+        retrieved with the library's applied settings (also those applied elsewhere).
+
+        ``documents`` limits the search to those document ids and is kept on the conversation
+        for its next questions (an empty list: all documents again); None uses the
+        conversation's own choice (all, for a new conversation). ``meta`` carries the
+        ``query`` actually searched and the ``documents`` searched; ``done`` the final
+        ``answer`` and ``sources``, renumbered in the order the answer first cites them."""
         self.settings  # noqa: B018 - picks up settings applied elsewhere
-        return self.chat.ask(question, conversation_id, k=k, threshold=threshold)
+        return self.chat.ask(
+            question, conversation_id, k=k, threshold=threshold,
+            documents=None if documents is None else list(documents),
+        )
+
+    def conversation_documents(self, conversation_id: str) -> list[str] | None:
+        """The document ids a conversation is limited to, or None for all documents (a
+        chosen document deleted since drops out; when none is left, all documents)."""
+        return self.store.get_conversation(conversation_id)["documents"]
+
+    def set_conversation_documents(
+        self, conversation_id: str, documents: Iterable[str] | None
+    ) -> list[str] | None:
+        """Limit a stored conversation to some documents (None or empty: all). Unknown ids
+        are refused (``NotFoundError``), nothing changed. For a conversation not stored yet,
+        pass ``documents`` to ``ask``. Returns the scope now in force."""
+        ids = self.chat.checked_documents(list(documents or ()))
+        self.store.set_conversation_documents(conversation_id, ids)
+        return self.conversation_documents(conversation_id)
 
     def conversations(self) -> list[dict[str, Any]]:
         """Conversations, most recently updated first."""

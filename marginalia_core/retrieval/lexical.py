@@ -115,6 +115,7 @@ def filled_lists(
     cosine_of: Callable[[Sequence[int]], Sequence[float | None]],
     *,
     limit: int = CANDIDATES,
+    chunk_ids: Sequence[int] | None = None,
 ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """The two candidate lists for fusion, each completed with the other signal's exact score.
 
@@ -122,8 +123,9 @@ def filled_lists(
     cosine of any chunk (None for one the dense index doesn't hold, e.g. another embedder's).
     BM25 hits outside the dense list get their cosine, dense hits outside the BM25 list their
     BM25 (0 when no query term occurs in them), so fusion compares like with like.
+    ``chunk_ids`` limits the BM25 list to those chunks (a conversation's documents).
     """
-    lex = bm25_search(conn, query, limit=limit)
+    lex = bm25_search(conn, query, limit=limit, chunk_ids=chunk_ids)
     dense_ids = {c for c, _ in dense}
     lex_ids = {c for c, _ in lex}
     extra = [c for c, _ in lex if c not in dense_ids]

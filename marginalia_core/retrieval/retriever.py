@@ -9,6 +9,7 @@ term, see KEYWORD_RESCUE); lexical mode keeps every BM25 match.
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +19,7 @@ from marginalia_core.config import Settings
 from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.retrieval import lexical
-from marginalia_core.retrieval.ranking import Scored, VectorIndex
+from marginalia_core.retrieval.ranking import Scored, VectorIndex, top_k
 from marginalia_core.store.sqlite import Store
 
 EXCERPT_CHARS = 280
@@ -232,13 +233,31 @@ class Retriever:
             "search. Re-index them (Documents page, or `python -m marginalia_core reindex`)."
         )
 
-    def candidates(self, query: str, *, limit: int | None = None) -> Candidates:
+    def candidates(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        documents: Collection[str] | None = None,
+    ) -> Candidates:
         """Both candidate lists for ``query`` (dense top ``limit`` and BM25 top ``limit``), each
         candidate with its exact cosine and BM25: everything any mode, weight or threshold
-        needs, so re-ranking (the Inspector's keyword weight, sweeps) embeds nothing again."""
+        needs, so re-ranking (the Inspector's keyword weight, sweeps) embeds nothing again.
+        ``documents`` limits both lists to those documents' chunks (None: every document)."""
         limit = max(lexical.CANDIDATES, int(limit or 0))
         vector = self.embedder.embed_query(query)
-        top = self.index.search(vector, k=limit)
+        allowed: list[int] | None = None
+        if documents is None:
+            top = self.index.search(vector, k=limit)
+        else:  # a conversation's documents: exact cosines of just their chunks
+            allowed = self.store.chunk_ids_of_documents(list(documents))
+            pairs = [(c, v) for c, v in zip(allowed, self.index.cosine(vector, allowed))
+                     if v is not None]
+            top = top_k(
+                Scored(np.asarray([c for c, _ in pairs], dtype=np.int64),
+                       np.asarray([v for _, v in pairs], dtype=np.float32)),
+                k=limit,
+            )
         if not len(top.chunk_ids):
             return Candidates.empty(query)
         dense, lex = lexical.filled_lists(
@@ -247,13 +266,14 @@ class Retriever:
             list(zip(top.chunk_ids.tolist(), top.scores.tolist())),
             lambda ids: self.index.cosine(vector, ids),
             limit=limit,
+            chunk_ids=allowed,
         )
         bm25 = dict(lex)
         ids = [c for c, _ in dense]
         rescued = frozenset(
             cid
             for cid, _ in lexical.bm25_search(
-                self.store.conn, query, limit=KEYWORD_RESCUE, require_all=True
+                self.store.conn, query, limit=KEYWORD_RESCUE, require_all=True, chunk_ids=allowed
             )
         )
         weights = lexical.term_weights(self.store.conn, query)
@@ -310,10 +330,14 @@ class Retriever:
         threshold: float | None = None,
         mode: str | None = None,
         alpha: float | None = None,
+        documents: Collection[str] | None = None,
     ) -> list[Hit]:
+        """The best ``k`` passages for ``query`` in ``mode``; ``documents`` limits the search to
+        those documents (None: all), in every mode."""
         k = self.settings.top_k if k is None else k
         ranked = self.rank(
-            self.candidates(query, limit=k), mode=mode, threshold=threshold, k=k, alpha=alpha
+            self.candidates(query, limit=k, documents=documents),
+            mode=mode, threshold=threshold, k=k, alpha=alpha,
         )
         return self._hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
+from marginalia_core.citations import renumber_sources
+
 MIGRATION_SET = "marginalia"
 # Releases up to 0.1 recorded applied steps here; their names are adopted on first open.
 LEGACY_TABLE = "_migrations"
@@ -188,6 +190,28 @@ def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
             vector BLOB NOT NULL
         )""",
     )
+
+
+@migration
+def m006_conversation_scope(conn: sqlite3.Connection) -> None:
+    """A conversation can be limited to some documents (``documents``: a JSON list of ids, NULL =
+    all), and each answer keeps the query actually searched (a follow-up is rewritten), so a
+    reopened conversation shows both; answers saved earlier are renumbered from [1] in the order
+    they first cite their sources, as new ones are. A JSON list rather than a join table with
+    foreign keys: re-indexing replaces a document's row under the same id, which would cascade
+    it away."""
+    conn.execute("ALTER TABLE conversations ADD COLUMN documents TEXT")
+    conn.execute("ALTER TABLE messages ADD COLUMN query TEXT")
+    # answers saved before are renumbered like new ones: from [1], in the order first cited
+    rows = conn.execute(
+        "SELECT id, content, sources FROM messages WHERE role = 'assistant' AND sources != '[]'"
+    ).fetchall()
+    for message_id, content, raw in rows:
+        sources = [s for s in json.loads(raw or "[]") if isinstance(s, dict) and "n" in s]
+        text, kept, _, _ = renumber_sources(content, sources)
+        if text != content or kept != sources:
+            conn.execute("UPDATE messages SET content = ?, sources = ? WHERE id = ?",
+                         (text, json.dumps(kept, ensure_ascii=False), message_id))
 
 
 @migration

@@ -34,6 +34,18 @@ DOCUMENT_COLUMNS = (
 )
 
 
+class Keep:
+    """The type of ``KEEP``: "leave this as it is" where None already means something."""
+
+
+KEEP = Keep()
+
+
+def _scope_json(document_ids: Sequence[str] | None) -> str | None:
+    ids = list(dict.fromkeys(str(i) for i in document_ids or ()))
+    return json.dumps(ids) if ids else None
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -456,13 +468,66 @@ class Store:
         return [dict(r) for r in rows]
 
     def get_conversation(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation with ``documents``: the ids it is limited to, or None for all."""
         row = self.conn.execute(
-            "SELECT id, title, created, updated FROM conversations WHERE id = ?",
+            "SELECT id, title, created, updated, documents FROM conversations WHERE id = ?",
             (conversation_id,),
         ).fetchone()
         if row is None:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
-        return dict(row)
+        conv = dict(row)
+        conv["documents"] = self._existing_documents(conv["documents"])
+        return conv
+
+    def _existing_documents(self, raw: str | None) -> list[str] | None:
+        """A stored document scope without the documents deleted since; None (all documents)
+        when nothing was chosen or every chosen document is gone."""
+        if not raw:
+            return None
+        wanted = [str(i) for i in json.loads(raw)]
+        if not wanted:
+            return None
+        marks = ",".join("?" * len(wanted))
+        found = {
+            r[0]
+            for r in self.conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", wanted)
+        }
+        kept = [i for i in wanted if i in found]
+        return kept or None
+
+    def set_conversation_documents(
+        self, conversation_id: str, document_ids: Sequence[str] | None
+    ) -> None:
+        """Limit a conversation to these documents (None or empty: all documents)."""
+        with self.write() as conn:
+            cur = conn.execute(
+                "UPDATE conversations SET documents = ? WHERE id = ?",
+                (_scope_json(document_ids), conversation_id),
+            )
+        if not cur.rowcount:
+            raise NotFoundError(f"No conversation with id {conversation_id!r}.")
+
+    def missing_documents(self, document_ids: Sequence[str]) -> list[str]:
+        """The ids among ``document_ids`` that name no stored document."""
+        ids = list(dict.fromkeys(str(i) for i in document_ids))
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        found = {
+            r[0] for r in self.conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", ids)
+        }
+        return [i for i in ids if i not in found]
+
+    def chunk_ids_of_documents(self, document_ids: Sequence[str]) -> list[int]:
+        """Every chunk id of these documents, ascending."""
+        ids = list(dict.fromkeys(str(i) for i in document_ids))
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(
+            f"SELECT id FROM chunks WHERE document_id IN ({marks}) ORDER BY id", ids
+        )
+        return [int(r[0]) for r in rows]
 
     def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
         """Give a conversation a new title (its order in the list does not change)."""
@@ -514,9 +579,14 @@ class Store:
         question: str,
         answer: str,
         sources: Sequence[dict[str, Any]],
+        *,
+        query: str | None = None,
+        documents: Sequence[str] | None | Keep = KEEP,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Save a question with its complete answer (creating the conversation if new) in one
-        transaction, so a failed or interrupted answer leaves no trace."""
+        transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
+        searched for it (kept on the answer); ``documents`` sets the conversation's document
+        scope (None or empty: all), ``KEEP`` leaves it as it is."""
         with self.write() as conn:
             stamp = now_iso()
             conn.execute(
@@ -524,12 +594,25 @@ class Store:
                 "VALUES (?, ?, ?, ?)",
                 (conversation_id, title, stamp, stamp),
             )
+            if not isinstance(documents, Keep):
+                conn.execute(
+                    "UPDATE conversations SET documents = ? WHERE id = ?",
+                    (_scope_json(documents), conversation_id),
+                )
             user = self._insert_message(conversation_id, "user", question, ())
-            assistant = self._insert_message(conversation_id, "assistant", answer, sources)
+            assistant = self._insert_message(
+                conversation_id, "assistant", answer, sources, query=query
+            )
         return user, assistant
 
     def _insert_message(
-        self, conversation_id: str, role: str, content: str, sources: Sequence[dict[str, Any]]
+        self,
+        conversation_id: str,
+        role: str,
+        content: str,
+        sources: Sequence[dict[str, Any]],
+        *,
+        query: str | None = None,
     ) -> dict[str, Any]:
         """Insert a message inside an open ``write()`` transaction and touch its conversation."""
         stamp = now_iso()
@@ -540,20 +623,22 @@ class Store:
             "content": content,
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
+            "query": query,
         }
         conn = self.conn
         conn.execute(
-            "INSERT INTO messages (id, conversation_id, role, content, sources, created) "
-            "VALUES (:id, :conversation_id, :role, :content, :sources, :created)",
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query) "
+            "VALUES (:id, :conversation_id, :role, :content, :sources, :created, :query)",
             msg,
         )
         conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
         return {**msg, "sources": list(sources)}
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
-        """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones."""
+        """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones. An
+        answer's ``query`` is what was searched for it (None on questions and older answers)."""
         sql = (
-            "SELECT id, conversation_id, role, content, sources, created FROM messages "
+            "SELECT id, conversation_id, role, content, sources, created, query FROM messages "
             "WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
         )
         params: list[Any] = [conversation_id]
