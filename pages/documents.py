@@ -124,6 +124,7 @@ table = pd.DataFrame(
             "Size": fmt.format_size(d["size"]),
             "Passages": d["chunk_count"],
             "Pages": d["page_count"] if has_pages(d["mime"]) else None,  # none in a text file
+            "Text": fmt.ocr_label(d) or ("text layer" if has_pages(d["mime"]) else "text"),
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
             "Searchable": ws.is_searchable(d),
@@ -143,6 +144,9 @@ st.dataframe(
         "Document": st.column_config.TextColumn(width="medium"),
         "Passages": st.column_config.NumberColumn(help="Chunks of about 1,400 characters"),
         "Added": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
+        "Text": st.column_config.TextColumn(
+            help="Read from the PDF's text layer, or recognised from scanned pages by OCR"
+        ),
         "Searchable": st.column_config.CheckboxColumn(
             help="Indexed by the active embedder, so it takes part in search"
         ),

@@ -40,6 +40,7 @@ class Hit:
     content: str
     rank: int
     lexical_score: float | None = None
+    ocr: bool = False  # the passage's text was read from a scan by OCR
 
     @property
     def excerpt(self) -> str:
@@ -58,6 +59,7 @@ class Hit:
             "score": round(float(self.score), 4),
             "excerpt": self.excerpt,
             "content": self.content,
+            "ocr": self.ocr,
         }
 
 
@@ -370,6 +372,7 @@ class Retriever:
                     content=row["content"],
                     rank=len(hits) + 1,
                     lexical_score=None if lex is None else float(lex),
+                    ocr=bool(row.get("ocr")),
                 )
             )
         return hits

@@ -202,6 +202,14 @@ def m007_document_files(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m008_document_ocr_pages(conn: sqlite3.Connection) -> None:
+    """Which pages of a document were read by OCR (a JSON list of 1-based page numbers; empty
+    for text-layer documents), so the library and the margin can say the text is recognised,
+    not typed."""
+    conn.execute("ALTER TABLE documents ADD COLUMN ocr_pages TEXT NOT NULL DEFAULT '[]'")
+
+
+@migration
 def m012_library_token(conn: sqlite3.Connection) -> None:
     """A random token fixed for the life of the database: the quantised vector sidecar
     (``<db>.vectors/``) records it, so codes written for another database that later sat at
