@@ -35,6 +35,7 @@ REFUSAL_TITLES = {
 
 # Refusals a password can lift: the card asks for it (and says when a given one was wrong).
 PASSWORD_REASONS = frozenset({"encrypted", "wrong_password"})
+UNLOCK_ATTEMPTS_KEY = "unlock_attempts"
 
 
 def needs_password(outcome: IngestOutcome) -> bool:
@@ -127,12 +128,14 @@ def _password_form(
     locked: dict[int, tuple[bytes, str | None]],
     i: int,
 ) -> None:
-    """A password field for one locked file. The password lives only in this run: the form
-    clears its field on submit, and nothing stores or logs it."""
+    """A password field for one locked file. The password lives only in the run that uses it:
+    each attempt gets a fresh field (a new widget key), so Streamlit drops the old value from
+    the session, and nothing stores or logs it."""
     name = outcomes[i].name
-    with st.form(key=f"unlock-{i}", clear_on_submit=True, border=False):
+    attempt = st.session_state.setdefault(UNLOCK_ATTEMPTS_KEY, 0)
+    with st.form(key=f"unlock-{i}-{attempt}", clear_on_submit=True, border=False):
         password = st.text_input(
-            f"Password for {name}", type="password", key=f"unlock-password-{i}",
+            f"Password for {name}", type="password", key=f"unlock-password-{i}-{attempt}",
             placeholder="The password that opens this PDF", autocomplete="off",
         )
         submitted = st.form_submit_button("Unlock and index", icon=":material/lock_open:")
@@ -141,6 +144,7 @@ def _password_form(
     if not password:
         st.warning("Type the PDF's password first.", icon=":material/key:")
         return
+    st.session_state[UNLOCK_ATTEMPTS_KEY] = attempt + 1
     data, mime = locked[i]
     outcome = watch(name, ws.ingest(name, data, mime=mime, password=password), name)
     del password
