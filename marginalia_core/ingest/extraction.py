@@ -69,6 +69,9 @@ MAX_TEXT_CHARS = 20_000_000
 MIN_ALNUM_PER_PAGE = 5
 # Join "hyphen-\nated" words split across PDF lines (only when a lower-case letter follows).
 DEHYPHENATE = True
+# Remove printing leftovers (running heads, stamps, page/line numbers, ornaments) page by page
+# (ingest/cleanup.py); off only to measure what it does (benchmarks/pdf_cleanup.py).
+CLEAN_PAGES = True
 # Decoded text with more control characters than this is a binary file, not text.
 MAX_CONTROL_RATIO = 0.05
 # Legacy (non-UTF-8) text is decoded as Windows-1252. Cyrillic/Greek/CJK legacy files also
@@ -501,7 +504,8 @@ def _extract_pdf(
              if i + 1 not in skipped and not _has_alnum(t, MIN_ALNUM_PER_PAGE)]
     if empty and ocr and ocr_engine.available():
         ocr_pages = _ocr_empty_pages(name, data, password, empty, page_texts, ocr_progress)
-    page_texts = clean_pages(page_texts)
+    if CLEAN_PAGES:
+        page_texts = clean_pages(page_texts)
 
     parts: list[str] = []
     page_starts: list[int] = []
