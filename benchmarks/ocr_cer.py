@@ -211,8 +211,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", choices=["tesseract", "rapidocr"], default="tesseract")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dpi", type=int, default=200, help="dpi of the scans we make")
+    ap.add_argument("--psm", type=int, help="tesseract page segmentation mode to try")
+    ap.add_argument("--ocr-dpi", type=int, help="dpi the OCR renders pages at, to try")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
+    if args.psm is not None:
+        from marginalia_core.ingest import ocr
+
+        ocr.OCR_PSM = args.psm
+    if args.ocr_dpi is not None:
+        from marginalia_core.ingest import ocr
+
+        ocr.OCR_DPI = args.ocr_dpi
     import os
 
     names = QUICK if args.quick else OWN_SCANS + REAL_SCANS

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import re
 import sys
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (puts tests/ on the path, for the PDF writer)
+from pdfmaker import lines_page, text_pdf
 from retrieval_lab import CachedEmbedder  # the offline embedder, vectors cached by text
 
 from marginalia_core.config import Settings
@@ -81,44 +81,6 @@ def _wrap(text: str) -> list[str]:
     return lines
 
 
-def _pdf_string(s: str) -> bytes:
-    raw = s.encode("cp1252", "replace")
-    return b"(" + raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)") + b")"
-
-
-def _write_pdf(pages: list[bytes]) -> bytes:
-    objs: list[bytes] = []
-    font = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
-    objs.append(b"")  # catalog, 1
-    objs.append(b"")  # pages, 2
-    objs.append(font)  # 3
-    kids = []
-    for content in pages:
-        packed = zlib.compress(content)
-        objs.append(b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed
-                    + b"\nendstream")
-        stream_no = len(objs)
-        objs.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources "
-                    b"<< /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % stream_no)
-        kids.append(len(objs))
-    objs[0] = b"<< /Type /Catalog /Pages 2 0 R >>"
-    objs[1] = (b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % k for k in kids)
-               + b"] /Count %d >>" % len(kids))
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % i + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1))
-    for off in offsets:
-        out.write(b"%010d 00000 n \n" % off)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
-              % (len(objs) + 1, xref))
-    return out.getvalue()
-
-
 def make_book() -> tuple[bytes, list[Question], list[str]]:
     """(PDF bytes, questions judged by page, the boilerplate strings printed)."""
     data = json.loads(SQUAD.read_text(encoding="utf-8"))["data"][:BOOK_ARTICLES]
@@ -149,7 +111,7 @@ def make_book() -> tuple[bytes, list[Question], list[str]]:
             if p_no % 7 == 6:
                 body.append((ORNAMENT, None))
                 body.append(("", None))
-    pages: list[bytes] = []
+    pages: list[list] = []
     boiler: set[str] = {STAMP, ORNAMENT, book_title}
     page_of_line: list[int] = []
     chapter = ""
@@ -162,26 +124,19 @@ def make_book() -> tuple[bytes, list[Question], list[str]]:
         head = book_title if n % 2 == 0 else chapter.upper()
         qxd = f"reader_ch{n // 20 + 1:02d}.qxd 5/2/07 10:14 AM Page {n}"
         boiler |= {head, qxd, str(n)}
-        ops = [b"BT /F1 8 Tf 72 770 Td " + _pdf_string(STAMP) + b" Tj ET",
-               b"BT /F1 9 Tf 72 750 Td " + _pdf_string(head) + b" Tj ET"]
-        y = 725
-        for line, _ in lines:
-            if line:
-                ops.append(b"BT /F1 10 Tf 72 %d Td " % y + _pdf_string(line) + b" Tj ET")
-            page_of_line.append(n)
-            y -= 17
-        ops.append(b"BT /F1 9 Tf 300 50 Td " + _pdf_string(str(n)) + b" Tj ET")
-        ops.append(b"BT /F1 6 Tf 72 30 Td " + _pdf_string(qxd) + b" Tj ET")
-        for k in range(5, len(lines) + 1, 5):  # margin line numbers, drawn last
-            ops.append(b"BT /F1 7 Tf 40 %d Td " % (725 - 17 * (k - 1)) + _pdf_string(str(k))
-                       + b" Tj ET")
-        pages.append(b"\n".join(ops))
+        items = [(72, 770, 8, STAMP), (72, 750, 9, head),
+                 *lines_page([line for line, _ in lines]),
+                 (300, 50, 9, str(n)), (72, 30, 6, qxd)]
+        page_of_line.extend(n for _ in lines)
+        # margin line numbers, drawn last (a separate layer in the proofs)
+        items += [(40, 725 - 17 * (k - 1), 7, str(k)) for k in range(5, len(lines) + 1, 5)]
+        pages.append(items)
     judged = [
         Question(q.text, (Judgment("book.pdf", page_of_line[answer_line[i]],
                                    page_of_line[answer_line[i]]),), id=q.id)
         for i, q in questions.items()
     ]
-    return _write_pdf(pages), judged, sorted(boiler, key=len, reverse=True)
+    return text_pdf(pages), judged, sorted(boiler, key=len, reverse=True)
 
 
 # --------------------------------------------------------------------------- measuring

@@ -21,6 +21,8 @@ OCR_ENGINE = "tesseract"
 OCR_DPI = 200
 OCR_LANG = "eng"
 OCR_PAGE_TIMEOUT_S = 120
+# tesseract page segmentation mode: 3 = fully automatic layout analysis (its default).
+OCR_PSM = 3
 TESSERACT = "tesseract"
 # pdfium's page-object type for images (FPDF_PAGEOBJ_IMAGE); a page without one has nothing
 # to recognise, so blank pages cost no OCR time.
@@ -45,7 +47,7 @@ def recognise_png(png: bytes, *, lang: str = OCR_LANG, timeout: float = OCR_PAGE
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
     try:
         done = subprocess.run(
-            [TESSERACT, "stdin", "stdout", "-l", lang],
+            [TESSERACT, "stdin", "stdout", "-l", lang, "--psm", str(OCR_PSM)],
             input=png, capture_output=True, timeout=timeout, env=env, check=True,
         )
     except (subprocess.SubprocessError, OSError) as err:
@@ -80,12 +82,13 @@ def recognise_pages(
     indices: Iterable[int],
     *,
     password: str | None = None,
-    dpi: int = OCR_DPI,
+    dpi: int | None = None,
     progress: Progress | None = None,
 ) -> Iterator[tuple[int, str]]:
     """``(index, text)`` for each 0-based page in ``indices`` that holds an image; pages without
     one (blank pages) are skipped without rendering. A page tesseract fails on yields ``""``."""
     wanted = list(indices)
+    dpi = dpi or OCR_DPI
     with _pdfium_document(data, password) as pdf:
         for done, index in enumerate(wanted, start=1):
             page = pdf[index]
