@@ -117,27 +117,36 @@ def clean_line(line: str) -> str:
 def clean_pages(page_texts: list[str]) -> list[str]:
     """Each page's text without running heads, stamps, page/line numbers and ornament rows.
 
-    When the repeated lines are most of the document (a one-line page printed four times, a
-    template), they are its content, not boilerplate, and are kept."""
-    pages = [text.split("\n") for text in page_texts]
+    Margin line numbers go first, then page numbers at the edges, so that the stamps and heads
+    they sat beside are at the page's edge when repeated lines are looked for. When the
+    repeated lines are most of the document (a one-line page printed four times, a template),
+    they are its content, not boilerplate, and are kept."""
+    several = len(page_texts) > 1
+    pages = []
+    for text in page_texts:
+        lines = text.split("\n")
+        numbers = _line_number_rows(lines)
+        lines = [line for i, line in enumerate(lines) if i not in numbers]
+        pages.append(_drop_edge_page_numbers(lines) if several else lines)
     edges = [_edge_lines(lines) for lines in pages]
     repeated = (_repeated_shapes([[lines[i] for i in sorted(e)] for lines, e in zip(pages, edges)])
                 if len(pages) >= REPEAT_MIN_PAGES else set())
-    cleaned = _clean(pages, edges, repeated)
+    cleaned = _clean(pages, edges, repeated, several)
     before = sum(len(t) for t in page_texts)
     if repeated and sum(len(t) for t in cleaned) < REPEAT_MIN_SHARE_KEPT * before:
-        cleaned = _clean(pages, edges, set())
+        cleaned = _clean(pages, edges, set(), several)
     return cleaned
 
 
-def _clean(pages: list[list[str]], edges: list[set[int]], repeated: set[str]) -> list[str]:
+def _clean(
+    pages: list[list[str]], edges: list[set[int]], repeated: set[str], several: bool
+) -> list[str]:
     cleaned: list[str] = []
     for lines, edge in zip(pages, edges):
-        numbers = _line_number_rows(lines)
-        kept = [line for i, line in enumerate(lines) if i not in numbers
-                and not (i in edge and repeated and _shape(line) in repeated)]
-        if len(pages) > 1:
-            kept = _drop_edge_page_numbers(kept)
+        kept = [line for i, line in enumerate(lines)
+                if not (i in edge and repeated and _shape(line) in repeated)]
+        if several and repeated:
+            kept = _drop_edge_page_numbers(kept)  # a page number that sat under a stamp
         out: list[str] = []
         for line in kept:
             if not line.strip():

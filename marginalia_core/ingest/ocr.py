@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 OCR_ENGINE = "tesseract"
-OCR_DPI = 200
+OCR_DPI = 250
 OCR_LANG = "eng"
 OCR_PAGE_TIMEOUT_S = 120
 # tesseract page segmentation mode: 3 = fully automatic layout analysis (its default).
