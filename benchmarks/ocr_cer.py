@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--engine", choices=["tesseract", "rapidocr"], default="tesseract")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", nargs="+", metavar="PDF", help="these eval PDFs only")
     ap.add_argument("--dpi", type=int, default=200, help="dpi of the scans we make")
     ap.add_argument("--psm", type=int, help="tesseract page segmentation mode to try")
     ap.add_argument("--ocr-dpi", type=int, help="dpi the OCR renders pages at, to try")
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         ocr.OCR_DPI = args.ocr_dpi
     import os
 
-    names = QUICK if args.quick else OWN_SCANS + REAL_SCANS
+    names = args.only or (QUICK if args.quick else OWN_SCANS + REAL_SCANS)
     run_kind = "quick" if args.quick else "full"
     load = [round(x, 2) for x in os.getloadavg()]
     docs = run_tesseract(names, args.dpi) if args.engine == "tesseract" else run_rapidocr(names)
