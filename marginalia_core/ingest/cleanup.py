@@ -17,6 +17,9 @@ from collections import Counter
 # title on even pages, chapter on odd), so each is on ~half of a chapter's pages.
 REPEAT_MIN_SHARE = 0.3
 REPEAT_MIN_PAGES = 3
+# In a document this long a chapter's own running head (on its ~10 % of the pages) counts too:
+# there, REPEAT_MIN_PAGES at a page edge is enough.
+LONG_DOCUMENT_PAGES = 12
 # ... unless removing them would leave less than this share of the document's characters.
 REPEAT_MIN_SHARE_KEPT = 0.5
 # Longer lines are prose even when repeated (a template page, an epigraph, a refrain).
@@ -52,15 +55,17 @@ _NUMBERED_ABBREVIATIONS = frozenset(
 
 
 def _shape(line: str) -> str:
-    """A line's identity for repetition: case, spacing and numbers ignored ("Page 4" = "Page 9")."""
-    return _SPACES.sub(" ", _FOLD_DIGITS.sub("#", line)).strip().lower()
+    """A line's identity for repetition: spacing and numbers ignored ("Page 4" = "Page 9").
+    Case is kept: a running head "CHAPTER 2. WARSAW" is not the chapter's title line."""
+    return _SPACES.sub(" ", _FOLD_DIGITS.sub("#", line)).strip()
 
 
 def _repeated_shapes(pages: list[list[str]]) -> set[str]:
     counts: Counter[str] = Counter()
     for lines in pages:
         counts.update({_shape(line) for line in lines if 0 < len(line) <= REPEAT_MAX_CHARS})
-    needed = max(REPEAT_MIN_PAGES, REPEAT_MIN_SHARE * len(pages))
+    needed = (REPEAT_MIN_PAGES if len(pages) >= LONG_DOCUMENT_PAGES
+              else max(REPEAT_MIN_PAGES, REPEAT_MIN_SHARE * len(pages)))
     # a bare folded number ("#") is a page number only at a page's edge (handled there):
     # anywhere else it may be a table cell
     return {s for s, n in counts.items() if n >= needed and any(c.isalpha() for c in s)}
