@@ -28,8 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (puts tests/ on the path, for the PDF writer)
-from pdfmaker import lines_page, text_pdf
+from _common import test_helper
 from retrieval_lab import CachedEmbedder  # the offline embedder, vectors cached by text
 
 from marginalia_core.config import Settings
@@ -42,6 +41,8 @@ from marginalia_core.retrieval.retriever import Retriever
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet, read_jsonl
 from marginalia_core.store.sqlite import Store
 
+_pdfmaker = test_helper("pdfmaker")  # the tests' PDF writer, loaded by file path
+lines_page, text_pdf = _pdfmaker.lines_page, _pdfmaker.text_pdf
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 CACHE = BENCH / ".cache"
