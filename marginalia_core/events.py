@@ -25,6 +25,7 @@ class Source(TypedDict, total=False):
     score: float
     excerpt: str
     content: str
+    ocr: bool  # text read from a scan by OCR (absent in sources saved before issue 12)
 
 
 class MetaEvent(TypedDict):

@@ -66,7 +66,7 @@ def test_cli_ask_and_ingest_output_matches_the_contract(tmp_path):
     meta, *tokens, done = asked
     assert set(meta) == {"type", "conversationId", "title", "sources", "query", "documents"}
     assert set(meta["sources"][0]) == {"n", "chunkId", "documentId", "documentName", "idx",
-                                       "page", "pageEnd", "score", "excerpt", "content"}
+                                       "page", "pageEnd", "score", "excerpt", "content", "ocr"}
     assert tokens and all(set(t) == {"type", "text"} for t in tokens)
     assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations",
                          "answer", "sources"}

@@ -41,6 +41,7 @@ class Hit:
     content: str
     rank: int
     lexical_score: float | None = None
+    ocr: bool = False  # the passage's text was read from a scan by OCR
 
     @property
     def excerpt(self) -> str:
@@ -59,6 +60,7 @@ class Hit:
             "score": round(float(self.score), 4),
             "excerpt": self.excerpt,
             "content": self.content,
+            "ocr": self.ocr,
         }
 
 
@@ -398,6 +400,7 @@ class Retriever:
                     content=row["content"],
                     rank=len(hits) + 1,
                     lexical_score=None if lex is None else float(lex),
+                    ocr=bool(row.get("ocr")),
                 )
             )
         return hits

@@ -226,6 +226,14 @@ def m007_document_files(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m008_document_ocr_pages(conn: sqlite3.Connection) -> None:
+    """Which pages of a document were read by OCR (a JSON list of 1-based page numbers; empty
+    for text-layer documents), so the library and the margin can say the text is recognised,
+    not typed."""
+    conn.execute("ALTER TABLE documents ADD COLUMN ocr_pages TEXT NOT NULL DEFAULT '[]'")
+
+
+@migration
 def m010_library_settings(conn: sqlite3.Connection) -> None:
     """Retrieval settings applied to the library from the Inspector's lab (mode, threshold,
     passages returned, keyword weight, passage size): one JSON value per key. Chat reads them
@@ -238,6 +246,7 @@ def m010_library_settings(conn: sqlite3.Connection) -> None:
             updated TEXT NOT NULL
         )""",
     )
+
 
 @migration
 def m012_library_token(conn: sqlite3.Connection) -> None:

@@ -30,7 +30,7 @@ LOAD_PAGE_ROWS = 4096
 
 DOCUMENT_COLUMNS = (
     "id, name, mime, size, chunk_count, page_count, content_hash, embed_model, embed_dim, "
-    "chunk_target, chunk_overlap, created"
+    "chunk_target, chunk_overlap, created, ocr_pages"
 )
 
 
@@ -44,6 +44,11 @@ KEEP = Keep()
 def _scope_json(document_ids: Sequence[str] | None) -> str | None:
     ids = list(dict.fromkeys(str(i) for i in document_ids or ()))
     return json.dumps(ids) if ids else None
+def _document(row: sqlite3.Row) -> dict[str, Any]:
+    """A documents row as a dict; ``ocr_pages`` decoded to its list of page numbers."""
+    doc = dict(row)
+    doc["ocr_pages"] = json.loads(doc.get("ocr_pages") or "[]")
+    return doc
 
 
 def now_iso() -> str:
@@ -164,7 +169,7 @@ class Store:
         row = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE content_hash = ?", (content_hash,)
         ).fetchone()
-        return dict(row) if row else None
+        return _document(row) if row else None
 
     def add_document(
         self,
@@ -185,6 +190,7 @@ class Store:
         replace_id: str | None = None,
         document_id: str | None = None,
         original: bytes | None = None,
+        ocr_pages: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction.
 
@@ -210,6 +216,7 @@ class Store:
             "chunk_target": int(chunk_target),
             "chunk_overlap": int(chunk_overlap),
             "created": now_iso(),
+            "ocr_pages": [int(p) for p in ocr_pages],
         }
         rows = [
             (
@@ -227,8 +234,9 @@ class Store:
                 f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts) VALUES "
                 "(:id, :name, :mime, :size, :chunk_count, :page_count, :content_hash, "
                 ":embed_model, :embed_dim, :chunk_target, :chunk_overlap, :created, "
-                ":text, :page_starts)",
-                {**doc, "text": text, "page_starts": json.dumps(list(page_starts))},
+                ":ocr_pages, :text, :page_starts)",
+                {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
+                 "ocr_pages": json.dumps(doc["ocr_pages"])},
             )
             conn.executemany(
                 'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
@@ -247,7 +255,7 @@ class Store:
         rows = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC"
         ).fetchall()
-        return [dict(r) for r in rows]
+        return [_document(r) for r in rows]
 
     def get_document(self, document_id: str) -> dict[str, Any]:
         row = self.conn.execute(
@@ -255,7 +263,7 @@ class Store:
         ).fetchone()
         if row is None:
             raise NotFoundError(f"No document with id {document_id!r}.")
-        return dict(row)
+        return _document(row)
 
     def delete_document(self, document_id: str) -> bool:
         """Delete a document; its chunks go with it (ON DELETE CASCADE)."""
@@ -401,7 +409,8 @@ class Store:
         return int(row[0]) if row else 0
 
     def chunks_by_ids(self, chunk_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-        """Chunk rows (with document name) keyed by id; missing ids are simply absent."""
+        """Chunk rows (with document name) keyed by id; missing ids are simply absent. ``ocr``
+        says whether the chunk's text came from OCR (any of its pages was read by OCR)."""
         out: dict[int, dict[str, Any]] = {}
         ids = [int(i) for i in chunk_ids]
         for start in range(0, len(ids), 500):
@@ -409,11 +418,15 @@ class Store:
             marks = ",".join("?" * len(part))
             rows = self.conn.execute(
                 'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
-                "c.page_end, d.name AS document_name FROM chunks c "
+                "c.page_end, d.name AS document_name, d.ocr_pages FROM chunks c "
                 f"JOIN documents d ON d.id = c.document_id WHERE c.id IN ({marks})",
                 part,
             ).fetchall()
-            out.update({r["id"]: dict(r) for r in rows})
+            for r in rows:
+                row = dict(r)
+                ocr_pages = json.loads(row.pop("ocr_pages") or "[]")
+                row["ocr"] = any(row["page_start"] <= p <= row["page_end"] for p in ocr_pages)
+                out[row["id"]] = row
         return out
 
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
