@@ -4,7 +4,7 @@ app), then defaults. The core never reads Streamlit itself; the app passes its s
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ def _flag(raw: str) -> bool:
 
 
 # env var -> (field, converter)
-_ENV = {
+_ENV: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "MARGINALIA_DB": ("db_path", str),
     "GEMINI_API_KEY": ("gemini_api_key", str),
     "GOOGLE_API_KEY": ("gemini_api_key", str),

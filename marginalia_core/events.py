@@ -101,11 +101,11 @@ def meta(
 ) -> MetaEvent:
     """``documents``: the ids the question was limited to; None (always present) = all."""
     event: MetaEvent = {
-        "type": "meta", "conversation_id": conversation_id, "title": title, "sources": sources
+        "type": "meta", "conversation_id": conversation_id, "title": title, "sources": sources,
+        "documents": documents,
     }
     if query is not None:
         event["query"] = query
-    event["documents"] = documents
     return event
 
 

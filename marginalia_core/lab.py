@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from marginalia_core import events
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
@@ -66,7 +67,7 @@ class RetrievalLab:
     def __init__(self, workspace: Workspace):
         self.ws = workspace
         self.sets = qs.QuestionSets(workspace.store)
-        self._explained: dict[tuple[str, int], Candidates] = {}
+        self._explained: dict[tuple[str, int, str], Candidates] = {}
         self._lock = threading.Lock()
         self._last_embedded = 0
 
@@ -231,7 +232,7 @@ class RetrievalLab:
     def config(self, name: str) -> ev.EvalConfig:
         return ev.EvalConfig.from_dict(self.sets.config(name))
 
-    def apply(self, config: ev.EvalConfig) -> Iterator[dict[str, Any]]:
+    def apply(self, config: ev.EvalConfig) -> Iterator[events.IngestEvent]:
         """"Apply to Chat": the configuration becomes this library's retrieval settings (saved
         in the database); documents chunked otherwise are re-indexed (the events of each)."""
         return self.ws.apply_settings({

@@ -26,13 +26,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from marginalia_core import events
 from marginalia_core.citations import MARK_RE, renumber_sources
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, NotFoundError
-from marginalia_core.providers.answerers.base import Answerer
+from marginalia_core.providers.answerers.base import Answerer, HistoryTurn
 from marginalia_core.providers.answerers.prompting import (
     NO_DOCUMENTS_ANSWER,
     NO_SOURCES_ANSWER,
@@ -55,13 +55,13 @@ def make_title(question: str) -> str:
     return " ".join(question.split())[:TITLE_CHARS]
 
 
-def history_turn(message: dict[str, Any]) -> dict[str, str]:
+def history_turn(message: dict[str, Any]) -> HistoryTurn:
     """A stored message as a history turn. An earlier answer's ``[n]`` marks numbered *its*
     sources, not this question's, so they are removed rather than left to be misread."""
     content = message["content"]
     if message["role"] == "assistant":
         content = re.sub(r"[ \t]+([.,;:!?])", r"\1", MARK_RE.sub("", content))
-    return {"role": message["role"], "content": content}
+    return HistoryTurn(role=message["role"], content=content)
 
 
 class ChatEngine:
@@ -126,11 +126,12 @@ class ChatEngine:
 
         parts: list[str] = []
         try:
+            passages = cast(list[dict[str, Any]], sources)  # the answerers read them as mappings
             stream = self.answerer.stream(
                 question,
-                sources,
+                passages,
                 history,
-                system_instruction=build_system_instruction(sources),
+                system_instruction=build_system_instruction(passages),
             )
             try:
                 for piece in stream:
@@ -166,7 +167,7 @@ class ChatEngine:
             conversation_id, title, question, answer, sources, query=query, documents=chosen
         )
 
-    def rewrite(self, question: str, history: list[dict[str, str]]) -> str:
+    def rewrite(self, question: str, history: list[HistoryTurn]) -> str:
         """The query a question is searched with. Only a follow-up is rewritten: by the
         answerer's model when it offers ``rewrite_query``, falling back to the offline rewrite
         when the call fails or its reply is unusable."""
@@ -200,7 +201,7 @@ class ChatEngine:
 
     def _conversation(
         self, conversation_id: str | None, question: str
-    ) -> tuple[str, str, list[dict[str, str]], list[str] | None]:
+    ) -> tuple[str, str, list[HistoryTurn], list[str] | None]:
         """(id, title, history, document scope) for this question. A new conversation gets its
         id now but is only stored with its first complete answer; so an id that ``meta``
         announced for an answer that then failed is still good for the retry, which starts it."""
@@ -231,7 +232,7 @@ class ChatEngine:
         query: str,
         documents: list[str] | None | Keep,
     ) -> Iterator[events.ChatEvent]:
-        answer, keep, valid, invalid = renumber_sources(answer, sources)
+        answer, keep, valid, invalid = renumber_sources(answer, cast(list[dict], sources))
         try:
             _, message = self.store.add_exchange(
                 conversation_id, title, question, answer, keep, query=query, documents=documents

@@ -450,7 +450,7 @@ def _declared_page_count(reader: PdfReader) -> int | None:
     """The page tree's own /Count, read without walking the tree (a page-tree bomb can hold
     100k+ nodes that take pypdf half a minute and hundreds of MB to enumerate)."""
     try:
-        count = reader.trailer["/Root"]["/Pages"]["/Count"]
+        count = reader.trailer["/Root"]["/Pages"]["/Count"]  # type: ignore[index]
         return int(count)
     except Exception:
         return None

@@ -100,7 +100,7 @@ def _status(exc: BaseException) -> int | None:
     api_error = _api_error_types()[0]
     if isinstance(exc, api_error):
         try:
-            return int(exc.code)
+            return int(getattr(exc, "code", None))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return None
     return None

@@ -131,7 +131,8 @@ def filled_lists(
     extra = [c for c, _ in lex if c not in dense_ids]
     extra_cos = dict(zip(extra, cosine_of(extra)))
     lex = [(c, s) for c, s in lex if c in dense_ids or extra_cos.get(c) is not None]
-    dense_full = list(dense) + [(c, float(extra_cos[c])) for c, _ in lex if c not in dense_ids]
+    dense_full = list(dense) + [(c, float(cos)) for c, _ in lex
+                                 if c not in dense_ids and (cos := extra_cos.get(c)) is not None]
     missing = [c for c, _ in dense if c not in lex_ids]
     found = dict(bm25_search(conn, query, limit=len(missing), chunk_ids=missing)) if missing else {}
     return dense_full, lex + [(c, found.get(c, 0.0)) for c in missing]

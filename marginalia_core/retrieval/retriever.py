@@ -266,7 +266,7 @@ class Retriever:
             self.store.conn,
             query,
             list(zip(top.chunk_ids.tolist(), top.scores.tolist())),
-            lambda ids: self.index.cosine(vector, ids),
+            lambda ids: self.index.cosine(vector, list(ids)),
             limit=limit,
             chunk_ids=allowed,
         )
@@ -313,7 +313,7 @@ class Retriever:
             keep = [r for r in rows if r.cosine >= threshold]
         elif mode == "lexical":
             rows = [r for r in rows if r.lexical_rank is not None]
-            rows.sort(key=lambda r: r.lexical_rank)
+            rows.sort(key=lambda r: r.lexical_rank or 0)
             keep = [
                 r for r in rows
                 if r.coverage >= LEXICAL_FLOOR and r.cosine >= LEXICAL_COSINE_FLOOR
@@ -383,7 +383,7 @@ class Retriever:
 
     def _hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
         rows = self.store.chunks_by_ids([cid for cid, _, _ in ordered])
-        hits = []
+        hits: list[Hit] = []
         for cid, score, lex in ordered:
             row = rows.get(cid)
             if row is None:  # deleted since the matrix was loaded

@@ -293,7 +293,7 @@ def _adopt_legacy_record(db: sqlite_utils.Database) -> None:
     MIGRATIONS.ensure_migrations_table(db)
     known = {m.name for m in MIGRATIONS.applied(db)}
     rows = db.execute(f"SELECT name, applied FROM {LEGACY_TABLE} ORDER BY rowid").fetchall()
-    db[Migrations.migrations_table].insert_all(
+    db.table(Migrations.migrations_table).insert_all(
         {"migration_set": MIGRATION_SET, "name": name, "applied_at": when or ""}
         for name, when in rows if name not in known
     )

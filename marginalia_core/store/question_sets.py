@@ -70,7 +70,8 @@ class Judgment:
             return False
         if self.level == "span":
             start, end = int(chunk["start"]), int(chunk["end"])
-            s, e = int(self.span_start), int(self.span_end or self.span_start)
+            s = int(self.span_start or 0)
+            e = int(self.span_end or s)
             shared = min(end, e) - max(start, s)
             shorter = max(1, min(end - start, e - s))
             return shared > 0 and shared >= SPAN_OVERLAP * shorter

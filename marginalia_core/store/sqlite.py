@@ -71,12 +71,18 @@ class ChunkRecord(Protocol):
     """What the store keeps of a chunk (``ingest.chunking.Chunk`` is one): the store sits below
     ingestion, so it names the fields rather than importing the chunker."""
 
-    idx: int
-    start: int
-    end: int
-    text: str
-    page_start: int
-    page_end: int
+    @property
+    def idx(self) -> int: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def page_start(self) -> int: ...
+    @property
+    def page_end(self) -> int: ...
 
 
 class Store:

@@ -510,7 +510,7 @@ class ExtractiveAnswerer:
             # "He finished in three years" needs the sentence before it
             lead.insert(0, best.previous)
             rest = [c for c in rest if c is not best.previous][: MAX_SENTENCES - 2]
-        elif self.strategy != "v1" and _continues(best, said):
+        elif self.strategy != "v1" and best.next is not None and _continues(best, said):
             # "Fermat wrote a note in the margin." + "He claimed that …": what the note said
             lead.append(best.next)
             rest = [c for c in rest if c is not best.next][: MAX_SENTENCES - 2]

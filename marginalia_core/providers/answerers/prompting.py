@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +98,7 @@ def _content_words(text: str) -> list[str]:
     return [w for w in _WORD_RE.findall(_MARK_RE.sub(" ", text)) if w.lower() not in STOPWORDS]
 
 
-def topic_terms(question: str, history: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+def topic_terms(question: str, history: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     """The topic of the last exchange, for a follow-up that leans on it: the previous
     question's content words (the topic it named), then words the previous answer repeats or
     shares with it, at most ``TOPIC_TERMS``, none the follow-up already has."""
@@ -121,7 +121,7 @@ def topic_terms(question: str, history: Sequence[dict[str, Any]]) -> tuple[str, 
     return tuple(w for key, w in picked.items() if key not in have)[:TOPIC_TERMS]
 
 
-def rewrite_follow_up(question: str, history: Sequence[dict[str, Any]]) -> Rewrite:
+def rewrite_follow_up(question: str, history: Sequence[Mapping[str, Any]]) -> Rewrite:
     """The offline rewrite: a follow-up ("and what about light?") is searched together with the
     topic of the last exchange ("... (temperature, humidity, old, books)"), so its pronouns and
     ellipses have a referent, while its own words stay first. Anything else is searched as is."""

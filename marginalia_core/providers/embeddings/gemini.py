@@ -78,7 +78,7 @@ class GeminiEmbedder(EmbedderBase):
             task_type=TASK_QUERY if query else TASK_DOCUMENT,
             output_dimensionality=self.dimension,
         )
-        contents = list(texts)
+        contents: Any = list(texts)  # the SDK takes a list of str; its union type does not say so
 
         def call() -> Any:
             return self._client.models.embed_content(

@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def model_files() -> tuple[Path, Path]:
     )
 
 
-def _load() -> tuple[object, object]:
+def _load() -> tuple[Any, Any]:
     """Load once per process: the session and tokenizer are thread-safe and cost ~0.6 s."""
     with _lock:
         if "minilm" not in _shared:
