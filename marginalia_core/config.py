@@ -41,6 +41,7 @@ _ENV = {
     "MARGINALIA_EMBED_MODEL": ("embed_model", str),
     "MARGINALIA_OPENAI_TIMEOUT": ("openai_timeout_s", float),
     "MARGINALIA_OPENAI_CONCURRENCY": ("openai_concurrency", int),
+    "MARGINALIA_EMBED_BATCH": ("embed_batch", int),
 }
 
 
@@ -65,6 +66,9 @@ class Settings:
     embed_model: str | None = None  # the openai embedder's model (MARGINALIA_EMBED_MODEL)
     openai_timeout_s: float = 60.0  # per request / between streamed chunks
     openai_concurrency: int = 2  # embedding batches in flight; local servers queue beyond this
+    # texts per embedding call; None: the embedder's own tuned size. Also the boundary at which
+    # an ingestion job reports progress and notices a cancel.
+    embed_batch: int | None = None
 
     @property
     def keyed(self) -> bool:

@@ -93,3 +93,17 @@ class ModelServerError(MarginaliaError):
     does not list its models)."""
 
     reason = "model_server"
+
+
+class CancelledError(MarginaliaError):
+    """A person cancelled an ingestion job; it stopped at a page or batch boundary and nothing
+    of it was saved."""
+
+    reason = "cancelled"
+
+
+class JobInterruptedError(MarginaliaError):
+    """An ingestion job stopped because its process is shutting down; its upload is kept so it
+    can resume."""
+
+    reason = "interrupted"

@@ -16,6 +16,7 @@ import codecs
 import io
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pypdf import PasswordType, PdfReader
@@ -154,6 +155,9 @@ _MANY_NEWLINES = re.compile(r"\n{3,}")
 _HYPHEN_BREAK = re.compile(r"([^\W\d_])-\n([^\W\d_])")
 
 
+PageProgress = Callable[[int, int], None]  # (pages done, page count)
+
+
 @dataclass(frozen=True)
 class Extracted:
     """``page_starts[i]`` is the offset in ``text`` where page ``i + 1`` begins. An empty page
@@ -235,11 +239,14 @@ def extract(
     mime: str | None = None,
     password: str | None = None,
     max_bytes: int | None = None,
+    on_page: PageProgress | None = None,
 ) -> Extracted:
     """Extract ``data`` (the bytes of file ``name``) or raise an ExtractionError.
 
     Checks run cheapest first, so a huge or unsupported file is refused before any parsing.
     ``mime`` is only a hint for names without an extension (browsers report it unreliably).
+    ``on_page(done, total)`` is called after each PDF page; it may raise to stop extraction there
+    (a cancelled ingestion job).
     A ``.txt``/``.md`` whose bytes are a PDF is refused as mislabelled, not parsed as a PDF.
     """
     data = bytes(data)
@@ -265,7 +272,7 @@ def extract(
             raise MislabelledFileError(
                 f"{name} is named .pdf but is not a PDF (it looks like {what})."
             )
-        return _extract_pdf(name, data, password)
+        return _extract_pdf(name, data, password, on_page)
     if actual == PDF_MIME:
         raise MislabelledFileError(
             f"{name} is named {_extension(name) or 'as text'} but is a PDF; rename it to .pdf "
@@ -446,7 +453,9 @@ def _too_many_pages(name: str, page_count: int) -> TooLargeError:
     )
 
 
-def _extract_pdf(name: str, data: bytes, password: str | None) -> Extracted:
+def _extract_pdf(
+    name: str, data: bytes, password: str | None, on_page: PageProgress | None = None
+) -> Extracted:
     reader = _open_pdf(name, data, password)
     declared = _declared_page_count(reader)
     if declared is not None and declared > MAX_PAGES:
@@ -483,6 +492,8 @@ def _extract_pdf(name: str, data: bytes, password: str | None) -> Extracted:
             length += len(page_text)
             if length > MAX_TEXT_CHARS:
                 raise _too_much_text(name)
+        if on_page is not None:
+            on_page(number + 1, page_count)
     text = "".join(parts)
 
     if len(skipped) == page_count:

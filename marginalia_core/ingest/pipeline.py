@@ -22,7 +22,7 @@ from marginalia_core import events
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, TooLargeError
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.ingest.extraction import extract
+from marginalia_core.ingest.extraction import Extracted, extract
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.sqlite import Store
 
@@ -37,14 +37,20 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+Checkpoint = Callable[[], None]
+"""Called at every page and embedding-batch boundary; raises (CancelledError, ...) to stop the
+ingestion there. Nothing is written before the final transaction, so stopping is always clean."""
+
+
 def _embed_with_progress(
-    embedder: Embedder, texts: list[str], file: str
+    embedder: Embedder, texts: list[str], file: str, checkpoint: Checkpoint | None = None
 ) -> Iterator[dict[str, Any] | np.ndarray]:
     """Run the embedder in a worker thread, yielding progress events, then the matrix.
 
     If the consumer stops early (a closed generator: the user left the page, the CLI was
     interrupted), the worker is told to stop at its next progress report instead of spending
-    CPU or API quota on vectors nobody will store.
+    CPU or API quota on vectors nobody will store. A ``checkpoint`` that raises after a batch
+    stops the worker the same way, waits for it, and passes the exception on.
     """
     updates: queue.Queue = queue.Queue()
     result: dict[str, Any] = {}
@@ -73,6 +79,12 @@ def _embed_with_progress(
                 break
             done, total = item
             yield events.stage("embedding", file, done=done, total=total)
+            if checkpoint is not None:
+                checkpoint()
+    except MarginaliaError:
+        stop.set()
+        worker.join()
+        raise
     finally:
         stop.set()
     worker.join()
@@ -90,6 +102,7 @@ def _index_text(
     page_starts: list[int],
     target: int,
     overlap: int,
+    checkpoint: Checkpoint | None = None,
     **document: Any,
 ) -> Generator[dict[str, Any], None, dict[str, Any]]:
     """chunk -> embed -> store, yielding stage events; returns the stored document row.
@@ -100,11 +113,15 @@ def _index_text(
     chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
     yield events.stage("chunking", name, chunks=len(chunks))
     vectors = None
-    for item in _embed_with_progress(embedder, [c.text for c in chunks], name):
+    if checkpoint is not None:
+        checkpoint()
+    for item in _embed_with_progress(embedder, [c.text for c in chunks], name, checkpoint):
         if isinstance(item, np.ndarray):
             vectors = item
         else:
             yield item
+    if checkpoint is not None:
+        checkpoint()  # the last chance to stop: the transaction below is all or nothing
     yield events.stage("storing", name, chunks=len(chunks))
     return store.add_document(
         name=name,
@@ -129,11 +146,18 @@ def ingest_bytes(
     *,
     mime: str | None = None,
     password: str | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Index one file's bytes; yields ``stage`` events then ``done`` or ``error``."""
+    """Index one file's bytes; yields ``stage`` events then ``done`` or ``error``.
+
+    A PDF reports ``extracting`` with ``done``/``total`` pages as it is read. ``checkpoint`` (see
+    :data:`Checkpoint`) lets a job be cancelled between pages and between embedding batches.
+    """
     name = safe_name(name)
     try:
         yield events.stage("extracting", name)
+        if checkpoint is not None:
+            checkpoint()
         if len(data) > settings.max_upload_bytes:
             raise TooLargeError(too_large_message(name, settings))
         digest = content_hash(data)
@@ -148,8 +172,9 @@ def ingest_bytes(
                                   message=f"{name} is already indexed as {existing['name']}.")
                 return
             replace_id = existing["id"]  # indexed by another embedder: re-index in place
-        extracted = extract(
-            name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes
+        extracted = yield from _extract_with_progress(
+            name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
+            checkpoint=checkpoint,
         )
         doc = yield from _index_text(
             store,
@@ -164,6 +189,7 @@ def ingest_bytes(
             content_hash=digest,
             page_count=extracted.page_count,
             replace_id=replace_id,
+            checkpoint=checkpoint,
         )
         yield events.done(document=doc, duplicate=False, file=name)
     except MarginaliaError as exc:
@@ -175,6 +201,44 @@ def ingest_bytes(
             "internal",
             file=name,
         )
+
+
+def _extract_with_progress(
+    name: str, data: bytes, *, checkpoint: Checkpoint | None = None, **options: Any
+) -> Generator[dict[str, Any], None, Extracted]:
+    """``extract`` in a worker thread, yielding an ``extracting`` event per PDF page read; the
+    checkpoint runs on the reading thread after each page, so a cancel stops it there."""
+    updates: queue.Queue = queue.Queue()
+    result: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def on_page(done: int, total: int) -> None:
+        if stop.is_set():  # nobody is reading the events any more
+            raise _Abandoned
+        if checkpoint is not None:
+            checkpoint()
+        updates.put((done, total))
+
+    def work() -> None:
+        try:
+            result["extracted"] = extract(name, data, on_page=on_page, **options)
+        except BaseException as exc:  # surfaced in the consuming thread
+            result["error"] = exc
+        finally:
+            updates.put(None)
+
+    worker = threading.Thread(target=work, name="marginalia-extract", daemon=True)
+    worker.start()
+    try:
+        while (item := updates.get()) is not None:
+            done, total = item
+            yield events.stage("extracting", name, done=done, total=total)
+    finally:
+        stop.set()
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    return result["extracted"]
 
 
 def ingest_path(
