@@ -141,11 +141,7 @@ def _stream(events_: Iterable[events.Event], out: TextIO, err: TextIO, label: st
 
 
 def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    status = EXIT_OK
-    for path in args.files:
-        status = max(status, _stream(ws.ingest_path(path, password=args.password), out, err,
-                                     "refused"))
-    return status
+    return _stream(ws.ingest_files(args.files, password=args.password), out, err, "refused")
 
 
 def _search_line(ws: Workspace, query: str) -> dict[str, Any]:

@@ -241,6 +241,32 @@ def _extract_with_progress(
     return result["extracted"]
 
 
+def read_path(
+    path: str | Path, settings: Settings
+) -> tuple[str, bytes | None, events.ErrorEvent | None]:
+    """(display name, bytes, None), or (name, None, error event) for a file that cannot be read
+    or is over the limit (refused before it is read)."""
+    path = Path(path)
+    name = safe_name(path.name)
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise MarginaliaError(f"{name} is not a regular file.")
+    except OSError as exc:
+        return name, None, events.error(f"Cannot read {name}: {exc.strerror or exc}.",
+                                        "unreadable", file=name)
+    except MarginaliaError as exc:
+        return name, None, events.error(exc.message, "unreadable", file=name)
+    if size > settings.max_upload_bytes:
+        return name, None, events.error(too_large_message(name, settings), TooLargeError.reason,
+                                        file=name)
+    try:
+        return name, path.read_bytes(), None
+    except OSError as exc:
+        return name, None, events.error(f"Cannot read {name}: {exc.strerror or exc}.",
+                                        "unreadable", file=name)
+
+
 def ingest_path(
     store: Store,
     embedder: Embedder,
@@ -250,25 +276,9 @@ def ingest_path(
     password: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Index a file on disk, refusing an oversize one before reading it."""
-    path = Path(path)
-    name = safe_name(path.name)
-    try:
-        size = path.stat().st_size
-        if not path.is_file():
-            raise MarginaliaError(f"{name} is not a regular file.")
-    except OSError as exc:
-        yield events.error(f"Cannot read {name}: {exc.strerror or exc}.", "unreadable", file=name)
-        return
-    except MarginaliaError as exc:
-        yield events.error(exc.message, "unreadable", file=name)
-        return
-    if size > settings.max_upload_bytes:
-        yield events.error(too_large_message(name, settings), TooLargeError.reason, file=name)
-        return
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        yield events.error(f"Cannot read {name}: {exc.strerror or exc}.", "unreadable", file=name)
+    name, data, refused = read_path(path, settings)
+    if refused is not None:
+        yield refused
         return
     yield from ingest_bytes(store, embedder, settings, name, data, password=password)
 
