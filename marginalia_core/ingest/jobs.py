@@ -410,7 +410,7 @@ class JobQueue:
         def checkpoint() -> None:
             if should_stop is not None and should_stop():
                 raise JobInterruptedError("Interrupted: Marginalia is shutting down.")
-            if progress.cancel_requested():
+            if progress.cancel_requested():  # on any thread: the page reader has its own
                 raise CancelledError(f"Cancelled: {name} was not indexed; nothing was saved.")
 
         end: events.IngestEvent | None = None
@@ -472,6 +472,8 @@ class _Progress:
         self.values = {"stage": "", "pages_done": 0, "pages_total": 0, "chunks_done": 0,
                        "chunks_total": 0}
         self._written = 0.0
+        self._owner_thread = threading.get_ident()
+        self._cancelled = threading.Event()
 
     def record(self, event: events.StageEvent) -> None:
         stage = event.get("stage", "")
@@ -489,6 +491,7 @@ class _Progress:
             self.values["chunks_total"] = int(event.get("total") or 0)
         if changed or time.monotonic() - self._written >= PROGRESS_EVERY_S:
             self._write()
+        self._poll_cancel()
 
     def _write(self) -> None:
         with self.store.write() as conn:
@@ -500,11 +503,20 @@ class _Progress:
             )
         self._written = time.monotonic()
 
-    def cancel_requested(self) -> bool:
+    def _poll_cancel(self) -> None:
         row = self.store.conn.execute(
             "SELECT cancel_requested FROM ingest_jobs WHERE id = ?", (self.job_id,)
         ).fetchone()
-        return bool(row and row[0])
+        if row and row[0]:
+            self._cancelled.set()
+
+    def cancel_requested(self) -> bool:
+        """Whether a person asked to cancel. The database is read only on the thread running
+        the job (each thread would open its own connection); helper threads (the page reader)
+        see what that thread last read, at most one page late."""
+        if threading.get_ident() == self._owner_thread:
+            self._poll_cancel()
+        return self._cancelled.is_set()
 
     def finish(self, end: events.IngestEvent | None) -> None:
         """Record the outcome; the bytes go, except where a person can still act on them (an
