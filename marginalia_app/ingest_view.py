@@ -1,5 +1,7 @@
 """Ingestion as a person watches it: a visible progress bar per file driven by the ingestion
-events, and the outcome of each file (indexed, already in the library, or refused and why)."""
+events, the background jobs (a compact indicator on every page, the queue with cancel and
+resume on Documents) and the outcome of each file (indexed, already in the library, or refused
+and why)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,12 @@ import streamlit as st
 from marginalia_app import presentation as fmt
 from marginalia_app.samples import sample_files
 from marginalia_core import events
+from marginalia_core.ingest.jobs import Job, Upload
 from marginalia_core.ingest.pipeline import IngestOutcome, follow
 from marginalia_core.workspace import Workspace
+
+# how often the job indicator and the queue refresh themselves (a fragment rerun, not the page)
+JOB_POLL_S = 1.5
 
 REFUSAL_TITLES = {
     "unsupported": "not a supported file type",
@@ -29,6 +35,8 @@ REFUSAL_TITLES = {
     "embedding": "embedding failed",
     "auth": "the API key was refused",
     "internal": "unexpected error",
+    "cancelled": "cancelled",
+    "interrupted": "interrupted",
 }
 
 
@@ -64,8 +72,13 @@ def ingest_one(ws: Workspace, name: str, data: bytes, mime: str | None = None) -
 
 
 def index_samples(ws: Workspace) -> list[IngestOutcome]:
-    """Index the bundled sample documents (already indexed ones are noted as duplicates)."""
-    return [ingest_one(ws, path.name, path.read_bytes()) for path in sample_files()]
+    """Index the bundled sample documents now (they are small), as recorded jobs like any
+    upload; already indexed ones are noted as duplicates."""
+    return [
+        watch(path.name, ws.job_queue.run_inline([Upload(path.name, path.read_bytes())]),
+              path.name)
+        for path in sample_files()
+    ]
 
 
 def _status_state(outcome: IngestOutcome) -> str:
@@ -100,3 +113,86 @@ def render_results(outcomes: Iterable[IngestOutcome]) -> None:
                             "indexed.") + " It was not indexed a second time.")
             else:
                 st.markdown("Ready to be asked about.")
+
+
+# --------------------------------------------------------------------------- background jobs
+
+
+def job_title(job: Job) -> str:
+    return fmt.escape_inline(job.name, 70)
+
+
+@st.fragment(run_every=JOB_POLL_S)
+def job_indicator(ws: Workspace, documents_page: Any) -> None:
+    """Every page's sidebar: the jobs running in the background, compactly, refreshed in
+    place; interrupted uploads point to the Documents page."""
+    jobs = ws.jobs()
+    active = [j for j in jobs if j.active]
+    interrupted = [j for j in jobs if j.resumable]
+    if not active and not interrupted:
+        return
+    with st.container(border=True, key="job_indicator"):
+        if active:
+            running = [j for j in active if j.status == "running"]
+            waiting = len(active) - len(running)
+            head = f"**Indexing {len(active)} file{'s' * (len(active) != 1)}**"
+            if waiting:
+                head += f" · {waiting} waiting"
+            st.markdown(head)
+            for job in running[:2]:
+                share, line = fmt.job_progress(job)
+                st.progress(min(1.0, share), text=f"{job_title(job)} — {line}")
+        if interrupted:
+            st.caption(f"{len(interrupted)} upload{'s were' if len(interrupted) != 1 else ' was'}"
+                       " interrupted and can be resumed.")
+        st.page_link(documents_page, label="Open the queue", icon=":material/list:")
+
+
+def _cancel(ws: Workspace, job_id: str) -> None:
+    ws.cancel(job_id)
+
+
+def _resume(ws: Workspace, job_id: str | None) -> None:
+    ws.resume(job_id)
+
+
+@st.fragment(run_every=JOB_POLL_S)
+def job_queue(ws: Workspace) -> None:
+    """The Documents page's queue: running and waiting jobs with cancel, interrupted ones with
+    resume or discard. When a job this view saw running ends, the whole page reruns so the
+    library and the results show it."""
+    jobs = ws.jobs()
+    shown = [j for j in jobs if j.active or j.resumable]
+    seen = set(st.session_state.get("jobs_seen_active", ()))
+    now_active = {j.id for j in jobs if j.active}
+    st.session_state["jobs_seen_active"] = sorted(now_active)
+    if seen - now_active:
+        st.rerun(scope="app")
+    if not shown:
+        return
+    st.subheader("Indexing", anchor=False)
+    interrupted = [j for j in shown if j.resumable]
+    if len(interrupted) > 1:
+        st.button(f"Resume all {len(interrupted)} interrupted uploads", icon=":material/replay:",
+                  key="resume_all_jobs", on_click=_resume, args=(ws, None))
+    for job in shown:
+        with st.container(border=True, key=f"job-{job.id}"):
+            row = st.columns([5, 1], vertical_alignment="center")
+            with row[0]:
+                if job.resumable:
+                    st.markdown(f"**{job_title(job)}** — interrupted")
+                    st.caption(fmt.escape_inline(job.message))
+                else:
+                    share, line = fmt.job_progress(job)
+                    st.markdown(f"**{job_title(job)}**")
+                    st.progress(min(1.0, share), text=line)
+            with row[1]:
+                if job.resumable:
+                    st.button("Resume", key=f"resume-{job.id}", icon=":material/replay:",
+                              on_click=_resume, args=(ws, job.id), width="stretch")
+                    st.button("Discard", key=f"discard-{job.id}", type="tertiary",
+                              on_click=_cancel, args=(ws, job.id), width="stretch")
+                else:
+                    st.button("Cancel", key=f"cancel-{job.id}", icon=":material/cancel:",
+                              on_click=_cancel, args=(ws, job.id), width="stretch",
+                              disabled=job.cancel_requested)

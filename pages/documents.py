@@ -7,9 +7,10 @@ import pandas as pd
 import streamlit as st
 
 from marginalia_app import presentation as fmt
-from marginalia_app.ingest_view import index_samples, ingest_one, render_results, watch
+from marginalia_app.ingest_view import index_samples, job_queue, render_results, watch
 from marginalia_app.samples import samples_in_library
 from marginalia_app.shell import page
+from marginalia_core.errors import NotFoundError
 
 ws = page()
 settings = ws.settings
@@ -34,6 +35,23 @@ def _delete(ids: list[str]) -> None:
 
 def _clear_results() -> None:
     state.pop("upload_results", None)
+    state.pop("upload_batch", None)
+
+
+def _batch_outcomes() -> list | None:
+    """Outcomes of this session's last upload batch: its ended jobs, in upload order."""
+    ids = state.get("upload_batch")
+    if not ids:
+        return None
+    ended = []
+    for job_id in ids:
+        try:
+            job = ws.job(job_id)
+        except NotFoundError:  # cleared meanwhile
+            continue
+        if not job.active:
+            ended.append(job.outcome())
+    return ended
 
 
 st.title("Documents", anchor=False)
@@ -71,10 +89,14 @@ files = st.file_uploader(
     "never stops the others.",
 )
 if files:
-    results = [ingest_one(ws, f.name, f.getvalue(), f.type) for f in files]
-    state["upload_results"] = results
+    # a background job per file: leaving the page or closing the tab never stops them
+    jobs = ws.submit((f.name, f.getvalue(), f.type) for f in files)
+    state["upload_batch"] = [j.id for j in jobs]
+    state.pop("upload_results", None)
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
     st.rerun()
+
+job_queue(ws)
 
 documents = ws.documents()
 
@@ -83,7 +105,7 @@ if state.get("index_samples_docs"):
     state["upload_results"] = index_samples(ws)
     st.rerun()
 
-results = state.get("upload_results")
+results = state.get("upload_results") or _batch_outcomes()
 if results:
     indexed = sum(r.state == "indexed" for r in results)
     refused = sum(r.state == "refused" for r in results)

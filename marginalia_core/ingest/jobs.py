@@ -27,7 +27,12 @@ from typing import Any
 from marginalia_core import events
 from marginalia_core.config import Settings
 from marginalia_core.errors import CancelledError, JobInterruptedError, NotFoundError
-from marginalia_core.ingest.pipeline import ingest_bytes, safe_name, too_large_message
+from marginalia_core.ingest.pipeline import (
+    IngestOutcome,
+    ingest_bytes,
+    safe_name,
+    too_large_message,
+)
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.sqlite import Store, new_id, now_iso
 
@@ -147,6 +152,15 @@ class Job:
         if spent is None or share < MIN_FRACTION_FOR_ETA:
             return None
         return spent * (1 - share) / share
+
+    def outcome(self) -> IngestOutcome:
+        """How an ended job turned out, in the terms the upload results use."""
+        if self.status == "done":
+            state = "duplicate" if self.duplicate else "indexed"
+            return IngestOutcome(self.name, state, message=self.message,
+                                 chunks=self.chunks_total, pages=self.pages_total or 1,
+                                 document_id=self.document_id)
+        return IngestOutcome(self.name, "refused", self.reason or self.status, self.message)
 
     @classmethod
     def from_row(cls, row: Any) -> Job:
