@@ -98,6 +98,8 @@ def outcome_label(outcome: IngestOutcome) -> str:
         if same == outcome.name:
             return f"{name} — already in your library"
         return f"{name} — already in your library (as {fmt.escape_inline(same, 60)})"
+    if outcome.reason in ("cancelled", "interrupted"):
+        return f"{name} — {outcome.reason}"
     return f"{name} — refused: {refusal_title(outcome.reason)}"
 
 
