@@ -367,7 +367,8 @@ def slow_server(chromium_path, tmp_path_factory):
 def _long_pdf_payload(name: str) -> dict:
     from pdf_maker import book_pages, text_pdf
 
-    data = text_pdf(book_pages(LONG_PAGES, lines=LINES_PER_PAGE))
+    # a title page of its own, so two uploads are two documents, not a duplicate
+    data = text_pdf([f"{name}: a long test book."] + book_pages(LONG_PAGES - 1, lines=LINES_PER_PAGE))
     return {"name": name, "mimeType": "application/pdf", "buffer": data}
 
 

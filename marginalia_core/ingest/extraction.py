@@ -155,7 +155,7 @@ _MANY_NEWLINES = re.compile(r"\n{3,}")
 _HYPHEN_BREAK = re.compile(r"([^\W\d_])-\n([^\W\d_])")
 
 
-PageProgress = Callable[[int, int], None]  # (pages done, page count)
+PageProgress = Callable[[int, int, str], None]  # (pages done, page count, that page's text)
 
 
 @dataclass(frozen=True)
@@ -245,8 +245,9 @@ def extract(
 
     Checks run cheapest first, so a huge or unsupported file is refused before any parsing.
     ``mime`` is only a hint for names without an extension (browsers report it unreliably).
-    ``on_page(done, total)`` is called after each PDF page; it may raise to stop extraction there
-    (a cancelled ingestion job).
+    ``on_page(done, total, page_text)`` is called after each PDF page with that page's final
+    text (joined to the others by a blank line); it may raise to stop extraction there (a
+    cancelled ingestion job). Ingestion uses the text to start embedding while pages are read.
     A ``.txt``/``.md`` whose bytes are a PDF is refused as mislabelled, not parsed as a PDF.
     """
     data = bytes(data)
@@ -493,7 +494,7 @@ def _extract_pdf(
             if length > MAX_TEXT_CHARS:
                 raise _too_much_text(name)
         if on_page is not None:
-            on_page(number + 1, page_count)
+            on_page(number + 1, page_count, page_text)
     text = "".join(parts)
 
     if len(skipped) == page_count:

@@ -33,6 +33,79 @@ class _Abandoned(Exception):
     """Raised inside the embedding worker once nobody is waiting for its result."""
 
 
+# While a PDF is read, its text so far is re-chunked every this many new characters and the
+# chunks that can no longer change are embedded on another thread: reading (Python, holds the
+# GIL) and embedding (ONNX / HTTP, releases it) overlap.
+EARLY_EMBED_EVERY_CHARS = 16_000
+# a chunk is settled once the text runs this many targets past its start (the chunker only
+# looks one window ahead)
+SETTLED_TARGETS = 2
+
+
+class _EarlyEmbeddings:
+    """Embeds the settled chunks of a growing text on a background thread, keyed by chunk text.
+
+    The final pass chunks the whole text as always and takes the vectors whose chunk text it
+    finds here, so the stored result is the same as without overlap; a chunk that came out
+    differently (text cleaned after reading) is simply embedded again then.
+    """
+
+    def __init__(self, embedder: Embedder, target: int, overlap: int):
+        self.embedder = embedder
+        self.target = target
+        self.overlap = overlap
+        self.parts: list[str] = []
+        self.pending = 0
+        self.sent: set[str] = set()
+        self.vectors: dict[str, np.ndarray] = {}
+        self.batches: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._work, name="marginalia-early-embed",
+                                       daemon=True)
+        self.thread.start()
+
+    def add_page(self, text: str) -> None:
+        """On the reading thread, after each page (the same joining as extraction)."""
+        if not text:
+            return
+        if self.parts:
+            self.parts.append("\n\n")
+        self.parts.append(text)
+        self.pending += len(text)
+        if self.pending >= EARLY_EMBED_EVERY_CHARS and not self.stop.is_set():
+            self.pending = 0
+            full = "".join(self.parts)
+            horizon = len(full) - SETTLED_TARGETS * self.target
+            batch = [c.text for c in chunk_text(full, target=self.target, overlap=self.overlap)
+                     if c.start < horizon and c.text not in self.sent]
+            if batch:
+                self.sent.update(batch)
+                self.batches.put(batch)
+
+    def _work(self) -> None:
+        while (batch := self.batches.get()) is not None:
+            if self.stop.is_set():
+                continue
+            try:
+                vectors = self.embedder.embed_documents(batch)
+            except Exception:  # the final pass embeds these again and reports any failure
+                log.debug("early embedding failed; the final pass will retry", exc_info=True)
+                self.stop.set()
+                continue
+            self.vectors.update(zip(batch, vectors, strict=True))
+
+    def finish(self) -> dict[str, np.ndarray]:
+        """Wait for the batches already handed over; the vectors by chunk text."""
+        self.batches.put(None)
+        self.thread.join()
+        return self.vectors
+
+    def abandon(self) -> None:
+        self.stop.set()
+        self.batches.put(None)
+        self.thread.join()
+
+
 def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -73,6 +146,8 @@ def _embed_with_progress(
     worker.start()
     try:
         yield events.stage("embedding", file, done=0, total=len(texts))
+        if checkpoint is not None:
+            checkpoint()
         while True:
             item = updates.get()
             if item is None:
@@ -103,11 +178,14 @@ def _index_text(
     target: int,
     overlap: int,
     checkpoint: Checkpoint | None = None,
+    embedded: dict[str, np.ndarray] | None = None,
     **document: Any,
 ) -> Generator[dict[str, Any], None, dict[str, Any]]:
     """chunk -> embed -> store, yielding stage events; returns the stored document row.
 
-    ``document`` carries the remaining ``Store.add_document`` fields (mime, size, hash, ...).
+    ``embedded`` holds vectors already made for some chunk texts (while the file was read);
+    only the other chunks are embedded here. ``document`` carries the remaining
+    ``Store.add_document`` fields (mime, size, hash, ...).
     """
     yield events.stage("chunking", name, characters=len(text))
     chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
@@ -115,11 +193,25 @@ def _index_text(
     vectors = None
     if checkpoint is not None:
         checkpoint()
-    for item in _embed_with_progress(embedder, [c.text for c in chunks], name, checkpoint):
-        if isinstance(item, np.ndarray):
-            vectors = item
-        else:
-            yield item
+    embedded = embedded or {}
+    missing = [i for i, c in enumerate(chunks) if c.text not in embedded]
+    ready = len(chunks) - len(missing)
+    fresh = np.zeros((0, embedder.dimension), dtype=np.float32)
+    if missing:
+        for item in _embed_with_progress(embedder, [chunks[i].text for i in missing], name,
+                                         checkpoint):
+            if isinstance(item, np.ndarray):
+                fresh = item
+            else:
+                yield {**item, "done": ready + item["done"], "total": len(chunks)}
+    else:
+        yield events.stage("embedding", name, done=len(chunks), total=len(chunks))
+    vectors = np.zeros((len(chunks), embedder.dimension), dtype=np.float32)
+    for i, c in enumerate(chunks):
+        if c.text in embedded:
+            vectors[i] = embedded[c.text]
+    if missing:
+        vectors[missing] = fresh
     if checkpoint is not None:
         checkpoint()  # the last chance to stop: the transaction below is all or nothing
     yield events.stage("storing", name, chunks=len(chunks))
@@ -172,10 +264,16 @@ def ingest_bytes(
                                   message=f"{name} is already indexed as {existing['name']}.")
                 return
             replace_id = existing["id"]  # indexed by another embedder: re-index in place
-        extracted = yield from _extract_with_progress(
-            name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
-            checkpoint=checkpoint,
-        )
+        early = _EarlyEmbeddings(embedder, settings.chunk_target, settings.chunk_overlap)
+        try:
+            extracted = yield from _extract_with_progress(
+                name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
+                checkpoint=checkpoint, on_text=early.add_page,
+            )
+        except BaseException:
+            early.abandon()
+            raise
+        embedded = early.finish()
         doc = yield from _index_text(
             store,
             embedder,
@@ -190,6 +288,7 @@ def ingest_bytes(
             page_count=extracted.page_count,
             replace_id=replace_id,
             checkpoint=checkpoint,
+            embedded=embedded,
         )
         yield events.done(document=doc, duplicate=False, file=name)
     except MarginaliaError as exc:
@@ -204,7 +303,12 @@ def ingest_bytes(
 
 
 def _extract_with_progress(
-    name: str, data: bytes, *, checkpoint: Checkpoint | None = None, **options: Any
+    name: str,
+    data: bytes,
+    *,
+    checkpoint: Checkpoint | None = None,
+    on_text: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> Generator[dict[str, Any], None, Extracted]:
     """``extract`` in a worker thread, yielding an ``extracting`` event per PDF page read; the
     checkpoint runs on the reading thread after each page, so a cancel stops it there."""
@@ -212,11 +316,13 @@ def _extract_with_progress(
     result: dict[str, Any] = {}
     stop = threading.Event()
 
-    def on_page(done: int, total: int) -> None:
+    def on_page(done: int, total: int, text: str) -> None:
         if stop.is_set():  # nobody is reading the events any more
             raise _Abandoned
         if checkpoint is not None:
             checkpoint()
+        if on_text is not None:
+            on_text(text)
         updates.put((done, total))
 
     def work() -> None:
