@@ -42,6 +42,8 @@ _ENV = {
     "MARGINALIA_OPENAI_TIMEOUT": ("openai_timeout_s", float),
     "MARGINALIA_OPENAI_CONCURRENCY": ("openai_concurrency", int),
     "MARGINALIA_EMBED_BATCH": ("embed_batch", int),
+    "MARGINALIA_EMBED_WHILE_READING": ("embed_while_reading", lambda v: v.strip().lower()
+                                       not in ("0", "false", "no", "off")),
 }
 
 
@@ -69,6 +71,8 @@ class Settings:
     # texts per embedding call; None: the embedder's own tuned size. Also the boundary at which
     # an ingestion job reports progress and notices a cancel.
     embed_batch: int | None = None
+    # embed settled passages of a PDF while its later pages are still read (overlap)
+    embed_while_reading: bool = True
 
     @property
     def keyed(self) -> bool:

@@ -417,7 +417,7 @@ def test_long_upload_keeps_running_across_pages_and_tabs_then_is_indexed(browser
     expect(queue_item.or_(indexed).first).to_be_visible()
     expect(indexed).to_be_visible(timeout=600_000)
     idle(pg)
-    expect(pg.locator('[data-testid="stDataFrame"]')).to_be_visible()
+    expect(pg.locator('[data-testid="stDataFrame"]')).to_be_visible(timeout=60_000)
     documents, chunks = _db_counts(db)
     assert documents == 1 and chunks > LONG_PAGES * LINES_PER_PAGE // 20
     expect(pg.locator(".st-key-job_indicator")).to_have_count(0)

@@ -264,16 +264,18 @@ def ingest_bytes(
                                   message=f"{name} is already indexed as {existing['name']}.")
                 return
             replace_id = existing["id"]  # indexed by another embedder: re-index in place
-        early = _EarlyEmbeddings(embedder, settings.chunk_target, settings.chunk_overlap)
+        early = (_EarlyEmbeddings(embedder, settings.chunk_target, settings.chunk_overlap)
+                 if settings.embed_while_reading else None)
         try:
             extracted = yield from _extract_with_progress(
                 name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
-                checkpoint=checkpoint, on_text=early.add_page,
+                checkpoint=checkpoint, on_text=early.add_page if early else None,
             )
         except BaseException:
-            early.abandon()
+            if early is not None:
+                early.abandon()
             raise
-        embedded = early.finish()
+        embedded = early.finish() if early is not None else {}
         doc = yield from _index_text(
             store,
             embedder,
