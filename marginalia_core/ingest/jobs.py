@@ -50,7 +50,7 @@ POLL_SECONDS = 1.0
 PROGRESS_EVERY_S = 0.5
 # a running job whose owner cannot be checked (another host) and whose heartbeat is older
 # than this is taken to be orphaned
-STALE_AFTER_S = 60.0
+STALE_AFTER_S = 300.0
 # share of a PDF job's time spent reading pages (the rest embeds passages), for the estimate;
 # measured on the 352-page book (benchmarks/bench_ingest.py)
 EXTRACT_SHARE = 0.25
@@ -200,7 +200,9 @@ def owner_is_dead(owner: str | None, heartbeat: str | None, now: datetime | None
     pid = int(pid_text)
     if pid == os.getpid():
         return token != PROCESS_TOKEN  # an earlier process that had our pid
-    return not _pid_alive(pid) or stale
+    # same host: the process table decides (a long quiet stretch is not death). A restarted
+    # app that got its old pid back recognises the job as its predecessor's by the token.
+    return not _pid_alive(pid)
 
 
 @dataclass(frozen=True)
@@ -565,9 +567,10 @@ class _Progress:
                 "chunks_done = :chunks_done, chunks_total = :chunks_total, reason = :reason, "
                 "message = :message, document_id = :document_id, duplicate = :duplicate, "
                 "finished = :now, heartbeat = :now, "
-                "data = CASE WHEN :keep THEN data ELSE NULL END WHERE id = :id",
+                "data = CASE WHEN :keep THEN data ELSE NULL END "
+                "WHERE id = :id AND status = 'running' AND owner = :owner",
                 {**self.values, **values, "status": status, "keep": int(keep),
-                 "now": now_iso(), "id": self.job_id},
+                 "now": now_iso(), "id": self.job_id, "owner": process_owner()},
             )
 
 

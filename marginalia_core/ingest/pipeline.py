@@ -59,6 +59,7 @@ class _EarlyEmbeddings:
         self.sent: set[str] = set()
         self.vectors: dict[str, np.ndarray] = {}
         self.batches: queue.Queue = queue.Queue()
+        self.progress: queue.Queue = queue.Queue()  # passages embedded, after each batch
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._work, name="marginalia-early-embed",
                                        daemon=True)
@@ -93,14 +94,29 @@ class _EarlyEmbeddings:
                 self.stop.set()
                 continue
             self.vectors.update(zip(batch, vectors, strict=True))
+            self.progress.put(len(self.vectors))
+        self.progress.put(None)
 
-    def finish(self) -> dict[str, np.ndarray]:
-        """Wait for the batches already handed over; the vectors by chunk text."""
+    def finish(
+        self, file: str, total: int, checkpoint: Checkpoint | None = None
+    ) -> Generator[dict[str, Any], None, dict[str, np.ndarray]]:
+        """Wait for the batches already handed over, yielding ``embedding`` progress (of the
+        ``total`` passages the document has); returns the vectors by chunk text."""
         self.batches.put(None)
+        try:
+            while (done := self.progress.get()) is not None:
+                yield events.stage("embedding", file, done=min(done, total), total=total)
+                if checkpoint is not None:
+                    checkpoint()
+        except BaseException:
+            self.stop.set()
+            self.thread.join()
+            raise
         self.thread.join()
         return self.vectors
 
     def abandon(self) -> None:
+        """Stop after the batch in hand and wait for the thread (harmless once finished)."""
         self.stop.set()
         self.batches.put(None)
         self.thread.join()
@@ -178,22 +194,23 @@ def _index_text(
     target: int,
     overlap: int,
     checkpoint: Checkpoint | None = None,
-    embedded: dict[str, np.ndarray] | None = None,
+    early: _EarlyEmbeddings | None = None,
     **document: Any,
 ) -> Generator[dict[str, Any], None, dict[str, Any]]:
     """chunk -> embed -> store, yielding stage events; returns the stored document row.
 
-    ``embedded`` holds vectors already made for some chunk texts (while the file was read);
-    only the other chunks are embedded here. ``document`` carries the remaining
+    ``early`` is embedding chunks of the text while it was read: it is waited for, and only
+    the chunks it did not embed are embedded here. ``document`` carries the remaining
     ``Store.add_document`` fields (mime, size, hash, ...).
     """
     yield events.stage("chunking", name, characters=len(text))
     chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
     yield events.stage("chunking", name, chunks=len(chunks))
-    vectors = None
     if checkpoint is not None:
         checkpoint()
-    embedded = embedded or {}
+    embedded: dict[str, np.ndarray] = {}
+    if early is not None:
+        embedded = yield from early.finish(name, len(chunks), checkpoint)
     missing = [i for i, c in enumerate(chunks) if c.text not in embedded]
     ready = len(chunks) - len(missing)
     fresh = np.zeros((0, embedder.dimension), dtype=np.float32)
@@ -271,27 +288,25 @@ def ingest_bytes(
                 name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
                 checkpoint=checkpoint, on_text=early.add_page if early else None,
             )
-        except BaseException:
-            if early is not None:
+            doc = yield from _index_text(
+                store,
+                embedder,
+                name=name,
+                text=extracted.text,
+                page_starts=extracted.page_starts,
+                target=settings.chunk_target,
+                overlap=settings.chunk_overlap,
+                mime=extracted.mime,
+                size=len(data),
+                content_hash=digest,
+                page_count=extracted.page_count,
+                replace_id=replace_id,
+                checkpoint=checkpoint,
+                early=early,
+            )
+        finally:
+            if early is not None:  # a refusal, a cancel or a closed stream: stop its thread
                 early.abandon()
-            raise
-        embedded = early.finish() if early is not None else {}
-        doc = yield from _index_text(
-            store,
-            embedder,
-            name=name,
-            text=extracted.text,
-            page_starts=extracted.page_starts,
-            target=settings.chunk_target,
-            overlap=settings.chunk_overlap,
-            mime=extracted.mime,
-            size=len(data),
-            content_hash=digest,
-            page_count=extracted.page_count,
-            replace_id=replace_id,
-            checkpoint=checkpoint,
-            embedded=embedded,
-        )
         yield events.done(document=doc, duplicate=False, file=name)
     except MarginaliaError as exc:
         yield events.error(exc.message, exc.reason, file=name)
