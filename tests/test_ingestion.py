@@ -147,7 +147,15 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
     s = workspace.settings
     early = _EarlyEmbeddings(workspace.embedder, s.chunk_target, s.chunk_overlap)
     extracted = extract("book.pdf", data, on_page=lambda _d, _t, text: early.add_page(text))
-    vectors = early.finish()
+    waiting = early.finish("book.pdf", total=10_000)
+    progress = []
+    while True:
+        try:
+            progress.append(next(waiting))
+        except StopIteration as end:
+            vectors = end.value
+            break
+    assert all(e["stage"] == "embedding" for e in progress)
     chunks = chunk_text(extracted.text, target=s.chunk_target, overlap=s.chunk_overlap,
                         page_starts=extracted.page_starts)
     reused = [c for c in chunks if c.text in vectors]
