@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from marginalia_core.citations import MARK_RE, find_marks
@@ -81,8 +81,12 @@ _MAYBE_FENCE_RE = re.compile(r"^ {0,3}(?:`{3,}|~{3,}|`{1,2}$|~{1,2}$| {0,3}$)")
 _PENDING_MARK_RE = re.compile(r"\[[\d\s,;–-]{0,20}")
 
 
-def _badges(numbers: Iterable[int]) -> str:
-    return " ".join(f":{BADGE_COLOR}-badge[{n}]" for n in numbers)
+def _badges(numbers: Iterable[int], link: Callable[[int], str] | None = None) -> str:
+    """Valid marks as badges or, with ``link`` (number -> card id), as in-page links to their
+    margin cards (styled as badges by the shell's CSS)."""
+    if link is None:
+        return " ".join(f":{BADGE_COLOR}-badge[{n}]" for n in numbers)
+    return " ".join(f"[\\[{n}\\]](#{link(n)})" for n in numbers)
 
 
 def _flagged(raw_mark: str) -> str:
@@ -106,7 +110,12 @@ def _validator(valid: int | Collection[int]) -> Callable[[int], bool]:
     return lambda x: x in allowed
 
 
-def _render(text: str, valid: int | Collection[int], final: bool) -> str:
+def _render(
+    text: str,
+    valid: int | Collection[int],
+    final: bool,
+    link: Callable[[int], str] | None = None,
+) -> str:
     """Markdown for the part of ``text`` whose rendering can no longer change.
 
     With ``final`` everything is resolved (an unclosed backtick is a literal backtick, an
@@ -139,7 +148,7 @@ def _render(text: str, valid: int | Collection[int], final: bool) -> str:
             fence = (opener.group(2)[0], len(opener.group(2)))
             i = line_end + len(newline)
             continue
-        stopped = _render_line(text, i, line_end, ok, complete, out)
+        stopped = _render_line(text, i, line_end, ok, complete, out, link)
         if stopped is not None:
             break
         out.append(newline)
@@ -148,7 +157,13 @@ def _render(text: str, valid: int | Collection[int], final: bool) -> str:
 
 
 def _render_line(
-    text: str, start: int, end: int, ok: Callable[[int], bool], complete: bool, out: list[str]
+    text: str,
+    start: int,
+    end: int,
+    ok: Callable[[int], bool],
+    complete: bool,
+    out: list[str],
+    link: Callable[[int], str] | None = None,
 ) -> int | None:
     """Render prose ``text[start:end]`` into ``out``; return where it stopped if it must wait."""
     p = start
@@ -175,7 +190,7 @@ def _render_line(
                 found = find_marks(mark.group(0))
                 numbers = found[0].numbers if found else ()
                 if numbers and all(ok(x) for x in numbers):
-                    out.append(_badges(numbers))
+                    out.append(_badges(numbers, link))
                 else:
                     out.append(_flagged(mark.group(0)))
                 p = mark.end()
@@ -199,10 +214,12 @@ def _render_line(
     return None
 
 
-def render_answer(text: str, valid: int | Collection[int]) -> str:
+def render_answer(
+    text: str, valid: int | Collection[int], link: Callable[[int], str] | None = None
+) -> str:
     """An answer as safe markdown: formatting kept, valid marks (1..k, or the given numbers)
-    as badges, others flagged."""
-    return _render(text, valid, final=True)
+    as badges (or, with ``link``, as links to their margin cards), others flagged."""
+    return _render(text, valid, final=True, link=link)
 
 
 class AnswerStream:
@@ -489,6 +506,36 @@ def format_created(stamp: str | None) -> str:
     except ValueError:
         return stamp
     return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def snippet(text: str, query: str, width: int = 80) -> str:
+    """Plain text around the first case-insensitive occurrence of ``query`` in ``text``, with
+    "…" where it was cut (escape before using it as markdown)."""
+    flat = " ".join(str(text).split())
+    at = flat.lower().find(" ".join(query.split()).lower()) if query.strip() else -1
+    if at < 0 or len(flat) <= width:
+        return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+    start = max(0, at - width // 3)
+    end = min(len(flat), start + width)
+    start = max(0, end - width)
+    return ("…" if start else "") + flat[start:end].strip() + ("…" if end < len(flat) else "")
+
+
+def day_label(stamp: str | None, today: date | None = None) -> str:
+    """The local day of an ISO timestamp for grouping a list: "Today", "Yesterday", weekday
+    names within a week, then "3 Dec 2026"."""
+    moment = parse_created(stamp)
+    if moment is None:
+        return "Undated"
+    today = today or datetime.now().date()
+    days = (today - moment.date()).days
+    if days <= 0:
+        return "Today"
+    if days == 1:
+        return "Yesterday"
+    if days < 7:
+        return moment.strftime("%A")
+    return f"{moment.day} {moment.strftime('%b %Y')}"
 
 
 def parse_created(stamp: str | None) -> datetime | None:

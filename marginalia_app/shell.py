@@ -37,13 +37,61 @@ CSS = """
 <style>
 [data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: sticky; top: 3.75rem; }
 .st-key-margin { max-height: calc(100vh - 11rem); overflow-y: auto; padding-right: 0.25rem; }
-.st-key-margin [data-testid="stExpander"] details summary p { font-size: 0.92rem; }
 .st-key-hero h1 { margin-bottom: 0.25rem; }
+/* the sidebar closer's iframe: laid out (Streamlit renders only measured elements), unseen */
+.st-key-sidebar_closer { position: fixed; left: 0; bottom: 0; width: 2px; height: 2px;
+  overflow: hidden; opacity: 0; pointer-events: none; }
+/* inline citation marks: in-page links to margin cards, shown as badges */
+[data-testid="stMarkdownContainer"] a[href^="#src-"] {
+  text-decoration: none; font-size: 0.78em; font-weight: 600; padding: 0.05rem 0.35rem;
+  border-radius: 0.5rem; background: rgba(28, 131, 225, 0.12); color: rgb(0, 84, 163);
+  white-space: nowrap; vertical-align: 0.1em;
+}
+[data-testid="stMarkdownContainer"] a[href^="#src-"]:hover { background: rgba(28, 131, 225, 0.25); }
+/* the margin: one group of cards per answer; a targeted card (a clicked mark) wins over the
+   group shown by default and over the card open by default */
+.mg-group { display: none; }
+.mg-margin:not(:has(.mg-card:target)) .mg-group.mg-default,
+.mg-group:has(.mg-card:target) { display: block; }
+.mg-question, .mg-note { color: rgba(49, 51, 63, 0.65); font-size: 0.85rem; margin: 0.2rem 0 0.4rem; }
+.mg-card { border: 1px solid rgba(49, 51, 63, 0.15); border-radius: 0.5rem; margin: 0 0 0.5rem;
+  scroll-margin-top: 4.5rem; background: white; }
+.mg-head { display: block; padding: 0.45rem 0.75rem; font-size: 0.92rem; font-weight: 600;
+  color: inherit !important; text-decoration: none !important; }
+.mg-head::before { content: "\\25B8  "; color: rgba(49, 51, 63, 0.5); }
+.mg-body { display: none; padding: 0 0.75rem 0.5rem; }
+.mg-group:not(:has(.mg-card:target)) .mg-card.mg-open .mg-body,
+.mg-card:target .mg-body { display: block; }
+.mg-group:not(:has(.mg-card:target)) .mg-card.mg-open .mg-head::before,
+.mg-card:target .mg-head::before { content: "\\25BE  "; }
+.mg-group:not(:has(.mg-card:target)) .mg-card.mg-open, .mg-card:target {
+  border-color: rgba(255, 164, 33, 0.8); box-shadow: 0 0 0 1px rgba(255, 164, 33, 0.4); }
+.mg-uncited .mg-head { font-weight: 400; }
+.mg-passage { font-size: 0.92rem; line-height: 1.5; overflow-wrap: anywhere; }
+.mg-passage p { margin: 0 0 0.5rem; }
+.mg-passage .mg-h { margin: 0.4rem 0 0.3rem; padding: 0; font-weight: 600; }
+.mg-passage pre { white-space: pre-wrap; background: rgba(49, 51, 63, 0.05); padding: 0.4rem;
+  border-radius: 0.3rem; font-size: 0.85rem; }
+.mg-passage .mg-link { text-decoration: underline dotted; }
+.mg-passage .mg-img::before { content: "[image: "; }
+.mg-passage .mg-img::after { content: "]"; }
+.mg-passage .mg-img { color: rgba(49, 51, 63, 0.65); font-style: italic; }
+mark.mg-hl { background: rgba(255, 164, 33, 0.35); font-weight: 600; padding: 0 0.1rem;
+  border-radius: 0.15rem; color: inherit; }
+.mg-page summary { cursor: pointer; font-size: 0.88rem; color: rgb(0, 84, 163); margin: 0.2rem 0; }
+.mg-page-img { width: 100%; border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.3rem; }
+/* phone width: the margin stacks under the answer and is not sticky */
+@media (max-width: 640px) {
+  [data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: static; }
+  .st-key-margin { max-height: none; overflow-y: visible; }
+}
 </style>
 """
 
 CHAT_MODEL_KEY = "chat_model_choice"  # session state: the model picked in the sidebar
 MODEL_LIST_TTL_S = 30  # seconds the server's model list is reused before asking again
+# Streamlit's md breakpoint: narrower than this the sidebar is an overlay over the page.
+PHONE_MAX_WIDTH_PX = 768
 
 _run = threading.local()  # Streamlit runs each session's script on its own thread
 
@@ -121,7 +169,7 @@ def run_app() -> None:
         page_title="Marginalia",
         page_icon="📖",
         layout="wide",
-        initial_sidebar_state="expanded",
+        initial_sidebar_state="auto",  # open on a desktop, closed on a phone
     )
     chat_page = st.Page(CHAT_PAGE, title="Chat", icon=":material/forum:", default=True)
     documents_page = st.Page(DOCUMENTS_PAGE, title="Documents", icon=":material/library_books:")
@@ -141,6 +189,11 @@ def run_app() -> None:
     with st.sidebar:
         job_indicator(ws, documents_page)  # ingestion running in the background, on every page
     render_sidebar(ws)
+    shown = st.session_state.get("page_shown")
+    if shown is not None and shown != current.url_path:
+        _chose()  # another page was picked in the sidebar
+    st.session_state["page_shown"] = current.url_path
+    close_sidebar_on_phone()
     if st.session_state.pop("switch_to_chat", False) and current.url_path != chat_page.url_path:
         st.switch_page(chat_page)
     _run.inside = True
@@ -221,8 +274,10 @@ def render_model_picker(ws: Workspace) -> None:
 # --------------------------------------------------------------------------- sidebar
 
 def _open_conversation(cid: str | None) -> None:
+    _chose()
     st.session_state["cid"] = cid
     st.session_state.pop("focus", None)
+    st.session_state.pop("open_n", None)
     st.session_state.pop("last_error", None)
     st.session_state.pop("confirm_delete_conversation", None)
     st.session_state["switch_to_chat"] = True
@@ -243,6 +298,45 @@ def _delete_conversation(ws: Workspace, cid: str) -> None:
         st.session_state["cid"] = None
         st.session_state.pop("focus", None)
     st.toast("Conversation deleted.", icon=":material/delete:")
+
+
+def close_sidebar_on_phone() -> None:
+    """After a choice in the sidebar, close it if the screen is narrow (a phone), as Streamlit
+    does itself for its page links. Streamlit has no API for that, so a hidden inline script
+    of ours (a constant, never document text) presses the sidebar's own collapse button. Nothing is loaded; it runs only on the run after a choice."""
+    nonce = st.session_state.pop("close_sidebar", None)
+    if nonce is None:
+        return
+    # Below Streamlit's md breakpoint the sidebar covers the page; there its own collapse button
+    # is pressed, once (looked for every 100 ms for a second while the page settles).
+    script = (
+        f"<script>/* choice {int(nonce)} */ (() => {{ let tries = 0;"
+        " const step = () => {"
+        " const w = window.parent, doc = w.document;"
+        f" if (w.innerWidth >= {PHONE_MAX_WIDTH_PX}) return;"
+        " const open = doc.querySelector('[data-testid=\"stSidebar\"][data-collapsed=\"false\"]');"
+        " const button = doc.querySelector('[data-testid=\"stSidebarCollapseButton\"] button');"
+        " if (open && button) { button.click(); return; }"
+        " if (++tries < 10) setTimeout(step, 100); }; step(); })();</script>"
+    )
+    with st.container(key="sidebar_closer"):
+        st.iframe(script, height=1)  # our own constant script, never document text
+
+
+def _chose() -> None:
+    st.session_state["close_sidebar"] = st.session_state.get("choices", 0) + 1
+    st.session_state["choices"] = st.session_state["close_sidebar"]
+
+
+def _day_groups(conversations: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    groups: list[tuple[str, list[dict[str, Any]]]] = []
+    for conv in conversations:
+        label = fmt.day_label(conv.get("updated"))
+        if groups and groups[-1][0] == label:
+            groups[-1][1].append(conv)
+        else:
+            groups.append((label, [conv]))
+    return groups
 
 
 def render_sidebar(ws: Workspace) -> None:
@@ -266,51 +360,70 @@ def render_sidebar(ws: Workspace) -> None:
             width="stretch",
             key="new_conversation",
         )
-        conversations = ws.conversations()
-        if not conversations:
+        if not ws.conversations():
             st.caption("Your conversations will appear here.")
             return
-        st.caption("Conversations")
+        query = st.text_input(
+            "Search conversations",
+            key="conversation_search",
+            placeholder="Search titles and messages",
+            icon=":material/search:",
+            label_visibility="collapsed",
+        )
+        conversations = ws.search_conversations(query or "")
+        if not conversations:
+            st.caption(f"No conversation mentions “{fmt.escape_inline(query, 40)}”.")
+            return
         current = st.session_state.get("cid")
         pending = st.session_state.get("confirm_delete_conversation")
-        for conv in conversations:
-            cid = conv["id"]
-            title = fmt.escape_inline(conv["title"] or "Untitled", 34)
-            row = st.columns([6, 1], gap=None, vertical_alignment="center")
-            row[0].button(
-                f"**{title}**" if cid == current else title,
-                key=f"conv-{cid}",
-                type="tertiary",
-                icon=":material/chat_bubble:" if cid == current else ":material/chat_bubble_outline:",
-                on_click=_open_conversation,
-                args=(cid,),
-                help=fmt.format_created(conv["updated"]),
+        for day, convs in _day_groups(conversations):
+            st.caption(fmt.escape_inline(day))
+            for conv in convs:
+                _conversation_row(ws, conv, current, pending, query)
+
+
+def _conversation_row(
+    ws: Workspace, conv: dict[str, Any], current: str | None, pending: str | None, query: str
+) -> None:
+    cid = conv["id"]
+    title = fmt.escape_inline(conv["title"] or "Untitled", 34)
+    row = st.columns([6, 1], gap=None, vertical_alignment="center")
+    row[0].button(
+        f"**{title}**" if cid == current else title,
+        key=f"conv-{cid}",
+        type="tertiary",
+        icon=":material/chat_bubble:" if cid == current else ":material/chat_bubble_outline:",
+        on_click=_open_conversation,
+        args=(cid,),
+        help=f"Last message {fmt.format_created(conv['updated'])}",
+        width="stretch",
+    )
+    row[1].button(
+        "",
+        key=f"del-conv-{cid}",
+        type="tertiary",
+        icon=":material/delete:",
+        help="Delete this conversation",
+        on_click=_ask_delete_conversation,
+        args=(cid,),
+    )
+    if query and conv.get("matched"):
+        st.caption(fmt.escape_inline(fmt.snippet(conv["matched"], query), 90))
+    if pending == cid:
+        with st.container(border=True):
+            st.caption(f"Delete “{title}” and its messages?")
+            yes, no = st.columns(2)
+            yes.button(
+                "Delete",
+                key=f"confirm-del-conv-{cid}",
+                type="primary",
+                on_click=_delete_conversation,
+                args=(ws, cid),
                 width="stretch",
             )
-            row[1].button(
-                "",
-                key=f"del-conv-{cid}",
-                type="tertiary",
-                icon=":material/delete:",
-                help="Delete this conversation",
-                on_click=_ask_delete_conversation,
-                args=(cid,),
+            no.button(
+                "Cancel",
+                key=f"cancel-del-conv-{cid}",
+                on_click=_cancel_delete_conversation,
+                width="stretch",
             )
-            if pending == cid:
-                with st.container(border=True):
-                    st.caption(f"Delete “{title}” and its messages?")
-                    yes, no = st.columns(2)
-                    yes.button(
-                        "Delete",
-                        key=f"confirm-del-conv-{cid}",
-                        type="primary",
-                        on_click=_delete_conversation,
-                        args=(ws, cid),
-                        width="stretch",
-                    )
-                    no.button(
-                        "Cancel",
-                        key=f"cancel-del-conv-{cid}",
-                        on_click=_cancel_delete_conversation,
-                        width="stretch",
-                    )

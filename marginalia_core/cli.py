@@ -99,7 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", type=int)
     _common(p)
 
-    p = sub.add_parser("conversations", help="list conversations, most recently updated first")
+    p = sub.add_parser(
+        "conversations",
+        help="list conversations (most recently updated first); search, rename or export one",
+        description="conversations | conversations search TEXT | conversations rename ID TITLE"
+        " | conversations export ID (Markdown with the cited passages, on stdout)",
+    )
+    p.add_argument("action", nargs="?", default="list",
+                   choices=("list", "search", "rename", "export"))
+    p.add_argument("args", nargs="*", metavar="ARG")
     _common(p)
     p = sub.add_parser("conversation", help="show a conversation's messages with their sources")
     p.add_argument("id", metavar="ID")
@@ -192,8 +200,26 @@ def cmd_reindex(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextI
                    "error")
 
 
+_CONVERSATIONS_ARGS = {"list": 0, "search": 1, "rename": 2, "export": 1}
+
+
 def cmd_conversations(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    for conv in ws.conversations():
+    action, rest = args.action, list(args.args)
+    if action == "rename" and len(rest) > 2:
+        rest = [rest[0], " ".join(rest[1:])]  # an unquoted title of several words
+    if action == "search" and len(rest) > 1:
+        rest = [" ".join(rest)]
+    if len(rest) != _CONVERSATIONS_ARGS[action]:
+        raise ValueError(f"conversations {action} takes {_CONVERSATIONS_ARGS[action]} argument(s)")
+    if action == "export":
+        _, markdown = ws.export_conversation(rest[0])
+        out.write(markdown)
+        return EXIT_OK
+    if action == "rename":
+        _emit({"type": "conversation", **ws.rename_conversation(rest[0], rest[1])}, out)
+        return EXIT_OK
+    found = ws.search_conversations(rest[0]) if action == "search" else ws.conversations()
+    for conv in found:
         _emit({"type": "conversation", **conv}, out)
     return EXIT_OK
 

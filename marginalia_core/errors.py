@@ -107,3 +107,9 @@ class JobInterruptedError(MarginaliaError):
     can resume."""
 
     reason = "interrupted"
+
+
+class InvalidInputError(MarginaliaError):
+    """A request the user can fix (a blank title, say); nothing was changed."""
+
+    reason = "invalid_input"

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from marginalia_core import events
 from marginalia_core.config import Settings, load_settings
-from marginalia_core.errors import EmbedderMismatchError, NotFoundError
+from marginalia_core.errors import EmbedderMismatchError, InvalidInputError, NotFoundError
 from marginalia_core.ingest import pipeline
 from marginalia_core.ingest.chunking import Chunk, chunk_stats, chunk_text, effective_overlap
 from marginalia_core.ingest.jobs import Job, JobQueue, JobWorker, Upload
+from marginalia_core.ingest.page_images import PageImage, PageRenderer
 from marginalia_core.providers.embeddings import Embedder, get_embedder
 from marginalia_core.retrieval.retriever import Hit, Retriever
 from marginalia_core.store.sqlite import Store
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from marginalia_core.providers.answerers.base import Answerer
 
 Reindex = Literal["stale", "all"]
+MAX_TITLE_CHARS = 120
 
 
 @dataclass(frozen=True)
@@ -290,6 +292,22 @@ class Workspace:
             unchanged=target == doc.get("chunk_target") and used == doc.get("chunk_overlap"),
         )
 
+    @cached_property
+    def page_renderer(self) -> PageRenderer:
+        return PageRenderer()
+
+    def page_image(
+        self, document_id: str, pages: Iterable[int], sentences: Iterable[str] = ()
+    ) -> PageImage | None:
+        """The first of ``pages`` of a stored PDF that shows a cited sentence, rendered with the
+        sentences highlighted; None when no original file is kept for the document (text,
+        markdown, or a PDF indexed before page views existed). Raises ``PageRenderError`` when
+        the page cannot be rendered."""
+        data = self.store.document_file(document_id)
+        if data is None:
+            return None
+        return self.page_renderer.render(document_id, data, list(pages), list(sentences))
+
     # ------------------------------------------------------------------ retrieval
 
     def search(
@@ -346,3 +364,26 @@ class Workspace:
 
     def delete_conversation(self, conversation_id: str) -> bool:
         return self.store.delete_conversation(conversation_id)
+
+    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+        """A new title (whitespace collapsed, at most ``MAX_TITLE_CHARS``); a blank one is
+        refused with ``InvalidInputError``."""
+        clean = " ".join(str(title).split())
+        if not clean:
+            raise InvalidInputError("A conversation needs a title.")
+        return self.store.rename_conversation(conversation_id, clean[:MAX_TITLE_CHARS])
+
+    def search_conversations(self, text: str) -> list[dict[str, Any]]:
+        """Conversations whose title or messages contain ``text``; all of them for blank text."""
+        text = " ".join(str(text).split())
+        if not text:
+            return [{**c, "matched": ""} for c in self.conversations()]
+        return self.store.search_conversations(text)
+
+    def export_conversation(self, conversation_id: str) -> tuple[str, str]:
+        """(file name, Markdown) of a conversation with the passages its answers cited."""
+        from marginalia_core.chat.export import conversation_markdown, export_filename
+
+        conversation = self.store.get_conversation(conversation_id)
+        markdown = conversation_markdown(conversation, self.store.messages(conversation_id))
+        return export_filename(conversation), markdown

@@ -1,9 +1,10 @@
 """Chat: ask a question, read the streamed answer, open its sources in the margin.
 
-Citation marks in an answer are badges; under each answer a row of pills ("[1] report.pdf ·
-p. 3") opens that passage in the margin on the right, with the sentence the answer cited
-highlighted. Streamlit markdown cannot run Python when a link is clicked, so the pills are the
-click target; the margin cards are keyed expanders that a pill opens through session state.
+An answer's inline marks are in-page links to its cards in the margin on the right (one
+sanitised ``st.html`` block, see marginalia_app/passages.py): clicking [2] opens card 2 with
+the cited sentence highlighted, scrolled into view, without a rerun. After each answer its
+first cited card is open. The pills under an answer ("[1] report.pdf · p. 3") bring that
+answer's sources, with their PDF page views, into the margin.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from typing import Any
 
 import streamlit as st
 
+from marginalia_app import passages as margin
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import index_samples
 from marginalia_app.samples import SAMPLE_QUESTIONS, samples_in_library
 from marginalia_app.shell import DOCUMENTS_PAGE, page
 from marginalia_core.citations import cited
+from marginalia_core.errors import MarginaliaError
 
 ws = page()
 state = st.session_state
@@ -25,20 +28,25 @@ state.setdefault("cid", None)
 
 # --------------------------------------------------------------------------- state helpers
 
-def _card_key(mid: str, n: int) -> str:
-    return f"card-{mid}-{n}"
-
-
 def _pick_key(mid: str) -> str:
     return f"cite-{mid}"
 
 
-def _on_pick(mid: str, numbers: list[int]) -> None:
+def _scope() -> str:
+    """Part of every card id; bumped when the margin's default card changes (new answer, a
+    pill), so a fragment left in the URL by an earlier mark click no longer overrides it."""
+    return f"g{state.get('margin_gen', 0)}"
+
+
+def _bump_scope() -> None:
+    state["margin_gen"] = state.get("margin_gen", 0) + 1
+
+
+def _on_pick(mid: str) -> None:
     """A citation pill was clicked: show that answer's sources and open the chosen one."""
-    chosen = state.get(_pick_key(mid))
     state["focus"] = mid
-    for n in numbers:
-        state[_card_key(mid, n)] = n == chosen
+    state["open_n"] = state.get(_pick_key(mid))
+    _bump_scope()
     for key in list(state.keys()):
         if isinstance(key, str) and key.startswith("cite-") and key != _pick_key(mid):
             state[key] = None
@@ -54,65 +62,55 @@ def _run_samples() -> None:
 
 # --------------------------------------------------------------------------- rendering
 
-def render_margin(
-    sources: list[dict[str, Any]],
-    answer: str,
-    mid: str | None,
-    *,
-    question: str = "",
-    live: bool = False,
-) -> None:
-    """The margin: one card per source, ``[n] document · page · 82 %``, the cited part
-    highlighted. Cards of a saved answer are keyed so a citation pill can open them."""
+def _mimes() -> dict[str, str]:
+    return {d["id"]: d["mime"] for d in ws.documents()}
+
+
+def _page_view(source: dict[str, Any], sentences: list[str]) -> margin.PageView | None:
+    return margin.page_view(ws, source, sentences)
+
+
+def render_margin(messages: list[dict[str, Any]], focus_id: str | None) -> None:
+    """Every answer's cards (so a mark in any answer can open its card); the focused answer's
+    group shows by default, with its PDF page views."""
+    mimes = _mimes()
+    groups = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        asked = messages[i - 1]["content"] if i and messages[i - 1]["role"] == "user" else ""
+        focused = message["id"] == focus_id
+        groups.append(margin.answer_group(
+            message,
+            question=asked,
+            scope=_scope(),
+            mimes=mimes,
+            default=focused,
+            open_n=state.get("open_n") if focused else None,
+            page_view=_page_view if focused else None,
+        ))
     with st.container(key="margin"):
         st.markdown("##### In the margin", anchors=False)
-        if question:
-            st.caption(f"Sources for “{fmt.escape_inline(question, 70)}”")
+        st.html(margin.margin_html(groups))
+
+
+def render_live_margin(sources: list[dict[str, Any]], question: str) -> None:
+    with st.container(key="margin"):
+        st.markdown("##### In the margin", anchors=False)
         if not sources:
-            st.caption(
-                "No passage was cited for this answer." if not live else "No passage matched."
-            )
+            st.caption("No passage matched.")
             return
-        if live:
-            st.caption("Retrieved passages. The answer is being written…")
-        cited = fmt.cited_sentences(answer, None) if answer else {}
-        for source in sources:
-            n = source["n"]
-            label = (
-                f"**\\[{n}\\]** {fmt.escape_inline(source.get('document_name', ''), 30)}"
-                f" · {fmt.page_label(source.get('page'), source.get('page_end'))}"
-                f" · {fmt.percent(source.get('score'))}"
-            )
-            options: dict[str, Any] = {"icon": ":material/format_quote:"}
-            if mid is not None:
-                key = _card_key(mid, n)
-                options.update(key=key, on_change="rerun")
-                if key not in state:
-                    options["expanded"] = False
-            with st.expander(label, **options):
-                render_passage(source, cited.get(n, []), mid)
-
-
-def render_passage(source: dict[str, Any], sentences: list[str], mid: str | None) -> None:
-    """A source's passage, escaped, the cited sentences highlighted; a long passage opens on
-    the cited part, with a toggle for the whole of it."""
-    content = source.get("content") or source.get("excerpt") or ""
-    spans = fmt.highlight_spans(fmt.display_text(content), sentences)
-    window = fmt.cited_window(content, spans)
-    whole_key = f"whole-{mid}-{source['n']}"
-    whole = window is None or mid is None or bool(state.get(whole_key))
-    st.markdown(fmt.passage_markdown(content, spans, window=None if whole else window))
-    where = f"Passage {int(source['idx']) + 1}" if source.get("idx") is not None else "Passage"
-    note = " · the cited part is highlighted" if spans else ""
-    st.caption(f"{where} of {fmt.escape_inline(source.get('document_name', ''), 60)}{note}")
-    if window is not None and mid is not None:
-        st.toggle("Show the whole passage", key=whole_key)
+        st.html(margin.margin_html([margin.live_group(sources, question, _mimes())]))
 
 
 def render_answer_block(message: dict[str, Any]) -> None:
     sources = message.get("sources") or []
     numbers = [s["n"] for s in sources]
-    st.markdown(fmt.render_answer(message["content"], set(numbers)))
+    scope = _scope()
+    st.markdown(fmt.render_answer(
+        message["content"], set(numbers),
+        link=lambda n: margin.anchor_id(scope, message["id"], n),
+    ))
     _, invalid = cited(message["content"], numbers)
     if invalid:
         listed = ", ".join(f"\\[{n}\\]" for n in invalid)
@@ -122,17 +120,63 @@ def render_answer_block(message: dict[str, Any]) -> None:
         )
     if sources:
         by_n = {s["n"]: s for s in sources}
+        mimes = _mimes()
         st.pills(
             "Cited passages",
             numbers,
             format_func=lambda n: fmt.escape_inline(
-                fmt.source_label(by_n[n], with_score=False), 56
+                margin.card_label({**by_n[n], "score": None}, margin.source_mime(by_n[n], mimes)),
+                56,
             ),
             key=_pick_key(message["id"]),
             on_change=_on_pick,
-            args=(message["id"], numbers),
+            args=(message["id"],),
             label_visibility="collapsed",
         )
+
+
+def _rename(cid: str) -> None:
+    try:
+        ws.rename_conversation(cid, state.get(f"rename-{cid}", ""))
+    except MarginaliaError as exc:
+        state["rename_error"] = exc.message
+    else:
+        state.pop("rename_error", None)
+        st.toast("Conversation renamed.", icon=":material/edit:")
+
+
+def render_conversation_header(conversation: dict[str, Any], count: int) -> None:
+    """The open conversation's title and dates, with rename and export."""
+    cid = conversation["id"]
+    with st.container(key="conversation_header", horizontal=True, vertical_alignment="center"):
+        with st.container():
+            st.markdown(f"**{fmt.escape_inline(conversation['title'] or 'Untitled', 90)}**")
+            st.caption(
+                f"Started {fmt.escape_inline(fmt.format_created(conversation['created']))} · "
+                f"last message {fmt.escape_inline(fmt.format_created(conversation['updated']))}"
+                f" · {count} message{'s' * (count != 1)}"
+            )
+        with (
+            st.popover("Rename", icon=":material/edit:", key=f"rename-pop-{cid}"),
+            st.form(key=f"rename-form-{cid}", border=False),
+        ):
+            st.text_input("Title", value=conversation["title"], key=f"rename-{cid}",
+                          max_chars=120)
+            st.form_submit_button("Save", type="primary", on_click=_rename, args=(cid,))
+        filename, markdown = ws.export_conversation(cid)
+        st.download_button(
+            "Export",
+            data=markdown.encode("utf-8"),
+            file_name=filename,
+            mime="text/markdown",
+            icon=":material/download:",
+            key=f"export-{cid}",
+            help="Download this conversation as Markdown, with the passages it cited",
+            on_click="ignore",
+        )
+    problem = state.pop("rename_error", None)
+    if problem:
+        st.error(fmt.escape_inline(problem), icon=":material/error:")
 
 
 def render_empty_state(documents: list[dict[str, Any]]) -> None:
@@ -201,6 +245,8 @@ if error and error.get("cid") != cid:
 
 if not messages and not question and not error:
     render_empty_state(ws.documents())
+elif cid and messages:
+    render_conversation_header(ws.conversation(cid), len(messages))
 
 left, right = st.columns([3, 2], gap="large")
 
@@ -221,11 +267,8 @@ if not question:
     focus_id = state.get("focus")
     focused = next((m for m in answers if m["id"] == focus_id), answers[-1] if answers else None)
     if focused is not None:
-        index = messages.index(focused)
-        asked = messages[index - 1]["content"] if index and messages[index - 1]["role"] == "user" else ""
         with right:
-            render_margin(focused.get("sources") or [], focused["content"], focused["id"],
-                          question=asked)
+            render_margin(messages, focused["id"])
     st.stop()
 
 # ---- a new question: stream the answer, then show the saved exchange
@@ -244,7 +287,7 @@ with left:
             st.stop()
         sources = first.get("sources") or []
         with right:
-            render_margin(sources, "", None, question=question, live=True)
+            render_live_margin(sources, question)
         renderer = fmt.AnswerStream(len(sources))
         outcome: dict[str, Any] = {}
 
@@ -266,6 +309,8 @@ with left:
         if end["type"] == "done":
             state["cid"] = end.get("conversation_id") or first["conversation_id"]
             state["focus"] = end["message_id"]
+            state.pop("open_n", None)
+            _bump_scope()
             st.rerun()
         new_cid = first.get("conversation_id")
         kept = new_cid if ws.has_conversation(new_cid) else cid

@@ -8,6 +8,7 @@ import streamlit as st
 
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import index_samples, job_queue, render_results, watch
+from marginalia_app.passages import has_pages
 from marginalia_app.samples import samples_in_library
 from marginalia_app.shell import page
 from marginalia_core.errors import NotFoundError
@@ -144,7 +145,7 @@ table = pd.DataFrame(
             "Document": d["name"],
             "Size": fmt.format_size(d["size"]),
             "Passages": d["chunk_count"],
-            "Pages": d["page_count"],
+            "Pages": d["page_count"] if has_pages(d["mime"]) else None,  # none in a text file
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
             "Searchable": ws.is_searchable(d),

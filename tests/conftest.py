@@ -103,3 +103,90 @@ def gemini_settings(db_path: Path, fake_gemini) -> Settings:
         gemini_base_url=fake_gemini.base_url,
         gemini_timeout_s=5.0,
     )
+
+
+# --------------------------------------------------------------------------- the chat margin
+
+class MarginCard:
+    """One card of the chat margin's HTML (``st.html``), as AppTest tests read it."""
+
+    def __init__(self, attrs: dict[str, str], group: dict[str, str]):
+        self.id = attrs.get("id", "")
+        self.classes = set(attrs.get("class", "").split())
+        self.default_group = "mg-default" in group.get("class", "").split()
+        self.label = ""
+        self.text = ""
+        self.marked: list[str] = []  # highlighted (cited) text
+        self.tags: list[str] = []  # every tag inside the card
+        self.page_images: list[str] = []  # src of page view images
+        self.links: list[str] = []  # href of every link (only the card's own head is one)
+
+    @property
+    def is_open(self) -> bool:
+        return "mg-open" in self.classes
+
+
+def margin_cards(at) -> list[MarginCard]:
+    """Cards of the groups shown by default (no fragment in the URL), in order."""
+    from html.parser import HTMLParser
+
+    cards: list[MarginCard] = []
+
+    class Parser(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.stack: list[tuple[str, dict[str, str]]] = []
+            self.group: dict[str, str] = {}
+            self.card: MarginCard | None = None
+            self.card_depth = 0
+            self.in_head = self.in_mark = False
+
+        def handle_starttag(self, tag, attrs):
+            a = {k: v or "" for k, v in attrs}
+            classes = a.get("class", "").split()
+            if tag in ("img", "hr", "br"):
+                if self.card is not None:
+                    self.card.tags.append(tag)
+                    if "mg-page-img" in classes:
+                        self.card.page_images.append(a.get("src", ""))
+                return
+            self.stack.append((tag, a))
+            if "mg-group" in classes:
+                self.group = a
+            if "mg-card" in classes:
+                self.card = MarginCard(a, self.group)
+                self.card_depth = len(self.stack)
+                cards.append(self.card)
+            elif self.card is not None:
+                self.card.tags.append(tag)
+                if tag == "a":
+                    self.card.links.append(a.get("href", ""))
+            self.in_head = self.in_head or "mg-head" in classes
+            self.in_mark = self.in_mark or tag == "mark"
+
+        def handle_endtag(self, tag):
+            if not self.stack:
+                return
+            _, a = self.stack.pop()
+            if "mg-head" in a.get("class", "").split():
+                self.in_head = False
+            if tag == "mark":
+                self.in_mark = False
+            if self.card is not None and len(self.stack) < self.card_depth:
+                self.card = None
+
+        def handle_data(self, data):
+            if self.card is None:
+                return
+            if self.in_head:
+                self.card.label += data
+            else:
+                self.card.text += data
+            if self.in_mark:
+                self.card.marked.append(data)
+
+    for element in at.get("html"):
+        body = element.proto.body
+        if body.startswith("<div class=\"mg-margin\">"):
+            Parser().feed(body)
+    return [c for c in cards if c.default_group]

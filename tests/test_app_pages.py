@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 import streamlit as st
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, margin_cards
 from streamlit.testing.v1 import AppTest
 
 from marginalia_core.ingest.chunking import chunk_text
@@ -39,6 +39,7 @@ HOSTILE_MD = b"""Quinces are hard, fragrant fruit that turn pink when they are s
 Quince paste is made by cooking quinces with sugar for several hours until it sets.
 """
 UNESCAPED = re.compile(r"(?<!\\)(<|!\[|\]\()")
+MARK_LINK = re.compile(r"\[\\\[(\d+)\\\]\]\(#src-[\w-]+\)")
 
 
 @pytest.fixture
@@ -118,10 +119,6 @@ def markdown_values(at: AppTest) -> list[str]:
     return [m.value for m in at.markdown] + [m.value for m in at.sidebar.markdown]
 
 
-def margin_cards(at: AppTest):
-    return [e for e in at.expander if e.label.startswith("**\\[")]
-
-
 def full_table(at: AppTest):
     return next(d.value for d in at.dataframe if "excerpt" in d.value.columns)
 
@@ -150,7 +147,7 @@ def test_empty_library_offers_the_sample_documents(app_env):
     assert not at.exception
     assert [m.name for m in at.chat_message] == ["user", "assistant"]
     answer = at.chat_message[1].markdown[0].value
-    assert "Fermat" in answer and re.search(r":blue-badge\[\d\]", answer)
+    assert "Fermat" in answer and MARK_LINK.search(answer)
 
 
 def test_question_streams_a_cited_answer_and_a_pill_opens_its_passage(app_env, workspace):
@@ -161,25 +158,30 @@ def test_question_streams_a_cited_answer_and_a_pill_opens_its_passage(app_env, w
     assert [m.name for m in at.chat_message] == ["user", "assistant"]
     answer = at.chat_message[1].markdown[0].value
     assert "Fermat" in answer
-    assert re.search(r":blue-badge\[\d\]", answer) and "[1]" not in answer.replace("-badge[", "")
+    marks = [int(n) for n in MARK_LINK.findall(answer)]
+    assert marks and "[1]" not in MARK_LINK.sub("", answer)
 
-    # the margin: one card per cited source, "[n] document · page · 82 %", closed at first
+    # the margin: one card per source, "[n] document · 82 %" (a .md file has no pages), the
+    # first cited one open after the answer, its cited sentence highlighted
     cards = margin_cards(at)
     assert cards
     for card in cards:
-        assert re.fullmatch(r"\*\*\\\[\d\\\]\*\* .+ · p\. \d+ · \d+ %", card.label), card.label
-        assert card.proto.expanded is False
+        assert re.fullmatch(r"\[\d\] .+\.md · \d+ %", card.label), card.label
+    opened = [c for c in cards if c.is_open]
+    assert len(opened) == 1 and opened[0].label.startswith(f"[{marks[0]}]")
+    assert any("Fermat" in m for m in opened[0].marked)
+    # each mark links to its card
+    for n in marks:
+        assert any(c.label.startswith(f"[{n}]") and f"(#{c.id})" in answer for c in cards)
     pills = at.pills[0]
     assert pills.options[0].startswith("\\[")
 
-    # "click [n]": that card opens and the cited sentence is highlighted in bold
-    first = pills.options and int(re.match(r"\\\[(\d+)", pills.options[0]).group(1))
-    pills.set_value(first).run()
+    # a pill opens that card instead
+    last = int(re.match(r"\\\[(\d+)", pills.options[-1]).group(1))
+    pills.set_value(last).run()
     assert not at.exception
-    opened = [c for c in margin_cards(at) if c.proto.expanded]
-    assert len(opened) == 1 and opened[0].label.startswith(f"**\\[{first}\\]**")
-    passage = opened[0].markdown[0].value
-    assert ":orange-background[**" in passage and "Fermat" in passage
+    opened = [c for c in margin_cards(at) if c.is_open]
+    assert len(opened) == 1 and opened[0].label.startswith(f"[{last}]")
 
     # saved with only the cited sources; listed in the sidebar
     convs = workspace.store.list_conversations()
@@ -204,10 +206,12 @@ def test_reopened_conversation_shows_its_saved_sources(app_env, workspace):
     labels = [c.label for c in margin_cards(at)]
     assert len(labels) == len(saved)
     for source, label in zip(saved, labels, strict=True):
-        assert label.startswith(f"**\\[{source['n']}\\]**")
+        assert label.startswith(f"[{source['n']}]")
         assert f"{round(source['score'] * 100)} %" in label
+    assert sum(c.is_open for c in margin_cards(at)) == 1  # the first cited, as when asked
+    assert MARK_LINK.search(at.chat_message[1].markdown[0].value)
     at.pills[0].set_value(saved[0]["n"]).run()
-    assert margin_cards(at)[0].proto.expanded
+    assert margin_cards(at)[0].is_open
 
     # a follow-up goes into the same conversation
     at.chat_input[0].set_value("When was it proved?").run()
@@ -231,18 +235,17 @@ def test_document_markup_and_names_are_shown_as_text(app_env, workspace):
     assert not at.exception
     at.pills[0].set_value(1).run()
     card = margin_cards(at)[0]
-    assert card.proto.expanded
-    toggles = [t for t in at.toggle if t.key and t.key.startswith("whole-")]
-    if toggles:
-        toggles[0].set_value(True).run()
-        card = margin_cards(at)[0]
-    passage = card.markdown[0].value
-    assert "\\<script\\>window\\.\\_\\_pwned\\=1\\</script\\>" in passage.replace("\\/", "/")
-    assert "\\!\\[pixel\\]" in passage
+    assert card.is_open
+    # raw HTML is text; the image is its alt text; the link its text, without an address
+    assert "<script>window.__pwned=1</script>" in card.text
+    assert "pixel" in card.text and "a link" in card.text and "example.invalid/page" not in card.text
+    assert not {"script", "img"} & set(card.tags)
+    assert card.links == [f"#{card.id}"]
+    assert HOSTILE_NAME in card.label
     texts = markdown_values(at) + [e.label for e in at.expander] + list(at.pills[0].options)
     texts += [b.label for b in at.sidebar.button]
-    for text in texts:
-        assert not UNESCAPED.search(text), text
+    for text in texts:  # the only links are our own marks, to margin cards
+        assert not UNESCAPED.search(MARK_LINK.sub("", text)), text
     assert not any(m.proto.allow_html for m in at.markdown)
     assert not any(m.proto.allow_html for m in at.sidebar.markdown)
 
@@ -281,7 +284,7 @@ def test_gemini_mode_is_labelled_and_answers_from_the_fake_server(gemini_env, db
     at.chat_input[0].set_value("How often should I feed a sourdough starter?").run()
     assert not at.exception
     answer = at.chat_message[1].markdown[0].value
-    assert answer.startswith("According to the sources") and ":blue-badge[1]" in answer
+    assert answer.startswith("According to the sources") and MARK_LINK.search(answer)
     assert gemini_env.requests_for("stream")
     assert margin_cards(at)
 
@@ -296,9 +299,9 @@ def test_an_invented_citation_is_flagged_text_not_a_source(gemini_env, gemini_se
     at.chat_input[0].set_value("How often should I feed a sourdough starter?").run()
     assert not at.exception
     answer = at.chat_message[1].markdown[0].value
-    assert ":blue-badge[1]" in answer and ":red[\\[7\\]]" in answer
+    assert MARK_LINK.findall(answer) == ["1"] and ":red[\\[7\\]]" in answer
     assert any("\\[7\\] in this answer does not match" in c.value for c in at.caption)
-    assert at.pills[0].options == ["\\[1\\] sourdough\\.md · p\\. 1"]  # no pill for [7]
+    assert at.pills[0].options == ["\\[1\\] sourdough\\.md"]  # no pill for [7], no page
     ws.close()
 
 

@@ -235,7 +235,6 @@ def test_upload_ask_click_citation_and_inspect(page):
 
     if not PDF.exists():
         pytest.skip(f"{PDF} is not present (../shared/eval is shared data)")
-    started = time.monotonic()
 
     # Documents: upload the PDF, see it indexed with its pages
     upload(page, str(PDF))
@@ -255,19 +254,19 @@ def test_upload_ask_click_citation_and_inspect(page):
     assert len(set(lengths)) >= 3, f"the answer did not stream: {lengths[:20]}"
     answer = page.locator('[data-testid="stChatMessage"]').last
     expect(answer).to_contain_text("nonsense")
-    badge = answer.locator('[data-testid="stMarkdownContainer"]').first.get_by_text("1", exact=True)
-    expect(badge.first).to_be_visible()
+    mark = answer.locator('a[href^="#src-"]').get_by_text("[1]", exact=True)
+    expect(mark.first).to_be_visible()
 
-    # click [1]: its passage opens in the margin, the cited sentence highlighted
+    # the pill [1]: its passage is open in the margin, the cited sentence highlighted
     margin = page.locator(".st-key-margin")
-    card = margin.locator('[data-testid="stExpander"]').first
+    card = margin.locator(".mg-group:visible .mg-card").first
     expect(card).to_contain_text("[1] sf__pdflatex-4-pages.pdf")
-    expect(card.locator("details")).not_to_have_attribute("open", "")
     pill.click()
     idle(page)
-    expect(card.locator("details")).to_have_attribute("open", "")
+    card = open_card(page)
+    expect(card.locator(".mg-body")).to_be_visible()
     expect(card).to_contain_text("nonsense")
-    expect(card.locator("strong").first).to_be_visible()  # the highlighted, cited part
+    expect(card.locator("mark.mg-hl").first).to_be_visible()  # the highlighted, cited part
 
     # the sample documents, then a question about them: the screenshots show real answers
     go(page, "Documents")
@@ -285,8 +284,8 @@ def test_upload_ask_click_citation_and_inspect(page):
     idle(page)
     pill.click()
     idle(page)
-    card = page.locator(".st-key-margin [data-testid='stExpander']").first
-    expect(card.locator("details")).to_have_attribute("open", "")
+    card = open_card(page)
+    expect(card.locator(".mg-body")).to_be_visible()
     expect(card).to_contain_text("Fermat")
     screenshot(page, "screenshot-chat.png")
 
@@ -316,7 +315,6 @@ def test_upload_ask_click_citation_and_inspect(page):
     screenshot(page, "screenshot-inspector.png")
 
     assert not external(page.requests), external(page.requests)
-    assert time.monotonic() - started < 90
 
 
 def test_hostile_markdown_stays_text(page):
@@ -331,15 +329,15 @@ def test_hostile_markdown_stays_text(page):
     idle(page)
     pill.click()
     idle(page)
-    card = page.locator(".st-key-margin [data-testid='stExpander']").first
-    expect(card.locator("details")).to_have_attribute("open", "")
-    toggle = card.get_by_text("Show the whole passage")
-    if toggle.count():
-        toggle.click()
-        idle(page)
-    # the markup is shown as the text it is, and nothing ran or loaded
+    card = open_card(page)
+    expect(card.locator(".mg-body")).to_be_visible()
+    # markdown renders as markdown; raw HTML is shown as the text it is; the image is its alt
+    # text and the link its text, and nothing ran or loaded
+    expect(card.locator(".mg-h")).to_have_text("Field notes on quinces")
     expect(card).to_contain_text("<script>window.__pwned=1</script>")
-    expect(card).to_contain_text("![a tracking pixel](http")
+    expect(card.locator(".mg-img")).to_have_text("a tracking pixel")
+    expect(card.locator(".mg-link")).to_have_text("a link that should stay text")
+    assert card.locator("img, a[href*='example'], script").count() == 0
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.locator('img[src*="example.invalid"]').count() == 0
     assert page.locator('a[href*="example.invalid"]').count() == 0
@@ -347,6 +345,177 @@ def test_hostile_markdown_stays_text(page):
         "els => els.filter(e => e.textContent.includes('__pwned')).length"
     ) == 0
     assert not external(page.requests), external(page.requests)
+
+
+# --------------------------------------------------------------------------- issue 11: the margin
+
+def add_samples(pg) -> None:
+    from playwright.sync_api import expect
+
+    go(pg, "Documents")
+    expect(pg.get_by_role("heading", name="Documents")).to_be_visible()
+    button = pg.get_by_role(
+        "button", name=re.compile("^(Add the sample documents|Try it with sample documents)$"))
+    if button.count():  # the server is shared by the module: maybe added already
+        button.click()
+        expect(pg.get_by_text(re.compile(r"Last upload: \d indexed"))).to_be_visible(timeout=60_000)
+        idle(pg)
+
+
+def open_card(pg):
+    """The margin card the URL fragment targets, else the one open by default."""
+    return pg.locator(".mg-group:visible .mg-card:target, "
+                      ".mg-group:visible:not(:has(:target)) .mg-card.mg-open")
+
+
+def test_an_inline_mark_opens_its_passage_in_the_margin(page):
+    from playwright.sync_api import expect
+
+    add_samples(page)
+    ask(page, "What did Fermat write in the margin?")
+    answer = page.locator('[data-testid="stChatMessage"]').last
+    marks = answer.locator('a[href^="#src-"]')
+    expect(marks.first).to_be_visible(timeout=60_000)
+    idle(page)
+    # after the answer its first cited passage is open, the cited sentence highlighted
+    first_href = marks.first.get_attribute("href")
+    card = page.locator(f"[id='{first_href[1:]}']")
+    expect(card.locator(".mg-body")).to_be_visible()
+    expect(card.locator("mark.mg-hl").first).to_be_visible()
+    # markdown renders as what it is: no literal "##", no page label on a .md file
+    margin = page.locator(".st-key-margin")
+    expect(margin).not_to_contain_text("##")
+    expect(card.locator(".mg-head")).not_to_contain_text("p. 1")
+
+    # every other card is closed; clicking a mark opens exactly its card
+    hrefs = {marks.nth(i).get_attribute("href") for i in range(marks.count())}
+    others = page.locator(f".mg-group:visible .mg-card:not([id='{first_href[1:]}'])")
+    if others.count():
+        other = others.first
+        expect(other.locator(".mg-body")).to_be_hidden()
+        other_id = other.get_attribute("id")
+        target_mark = answer.locator(f'a[href="#{other_id}"]')
+        if target_mark.count():  # an answer mark for it: click that, else the card's head
+            target_mark.first.click()
+        else:
+            other.locator(".mg-head").click()
+        page.wait_for_timeout(300)
+        expect(other.locator(".mg-body")).to_be_visible()
+        expect(card.locator(".mg-body")).to_be_hidden()
+        assert page.evaluate("location.hash") == f"#{other_id}"
+    # back to the first mark: its card opens again, scrolled into the margin's view
+    answer.locator(f'a[href="{first_href}"]').first.click()
+    page.wait_for_timeout(300)
+    expect(card.locator(".mg-body")).to_be_visible()
+    expect(card.locator("mark.mg-hl").first).to_be_in_viewport()
+    assert len(hrefs) >= 1
+    screenshot(page, "screenshot-chat-mark.png")
+    assert not external(page.requests), external(page.requests)
+
+
+def test_a_pdf_citation_shows_its_page_with_the_passage_highlighted(page):
+    from playwright.sync_api import expect
+
+    add_samples(page)
+    ask(page, "What temperature and humidity are best for old books?")
+    answer = page.locator('[data-testid="stChatMessage"]').last
+    expect(answer.locator('a[href^="#src-"]').first).to_be_visible(timeout=60_000)
+    idle(page)
+    pdf_card = page.locator(".mg-group:visible .mg-card").filter(
+        has_text="caring-for-old-books.pdf").first
+    expect(pdf_card.locator(".mg-head")).to_contain_text(re.compile(r"p\. \d"))
+    pdf_card.locator(".mg-head").click()
+    page.wait_for_timeout(300)
+    view = pdf_card.locator("details.mg-page")
+    view.locator("summary").click()
+    image = view.locator("img.mg-page-img")
+    expect(image).to_be_visible()
+    natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+    assert natural[0] >= 600 and natural[1] > natural[0], natural  # a portrait page
+    assert image.get_attribute("src").startswith("data:image/jpeg;base64,")
+    image.scroll_into_view_if_needed()
+    screenshot(page, "screenshot-page-view.png")
+    assert not external(page.requests), external(page.requests)
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+def test_phone_width_closes_the_sidebar_after_a_choice_and_stacks_the_margin(browser, server):
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    try:
+        page.goto(server)
+        idle(page)
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        expect(sidebar).to_have_attribute("data-collapsed", "true")  # closed on a phone
+
+        def open_sidebar() -> None:
+            page.locator('[data-testid="stExpandSidebarButton"]').click()
+            expect(sidebar).to_have_attribute("data-collapsed", "false")
+
+        open_sidebar()
+        page.get_by_role("link", name="Documents", exact=True).click()
+        idle(page)
+        expect(sidebar).to_have_attribute("data-collapsed", "true")  # a page is a choice too
+        add_samples_here = page.get_by_role(
+            "button", name=re.compile("^(Add the sample documents|Try it with sample documents)$"))
+        if add_samples_here.count():
+            add_samples_here.first.click()
+            expect(page.get_by_text(re.compile(r"Last upload: \d indexed"))).to_be_visible(
+                timeout=60_000)
+            idle(page)
+        open_sidebar()
+        page.get_by_role("link", name="Chat", exact=True).click()
+        idle(page)
+        expect(sidebar).to_have_attribute("data-collapsed", "true")
+        box = page.locator('[data-testid="stChatInputTextArea"]')
+        box.fill("What did Fermat write in the margin?")
+        box.press("Enter")
+        answer = page.locator('[data-testid="stChatMessage"]').last
+        expect(answer.locator('a[href^="#src-"]').first).to_be_visible(timeout=60_000)
+        idle(page)
+
+        # a choice in the sidebar (a new conversation, then the old one) closes it
+        open_sidebar()
+        page.get_by_role("button", name="New conversation").click()
+        idle(page)
+        expect(sidebar).to_have_attribute("data-collapsed", "true")
+        open_sidebar()
+        sidebar.get_by_role("button", name=re.compile("What did Fermat")).first.click()
+        idle(page)
+        expect(sidebar).to_have_attribute("data-collapsed", "true")
+
+        # the margin stacks under the answer, full width, and its open card is readable
+        answer = page.locator('[data-testid="stChatMessage"]').last
+        margin = page.locator(".st-key-margin")
+        expect(margin.locator(".mg-card.mg-open .mg-body")).to_be_visible()
+        idle(page)
+        a, m = page.evaluate("""() => {
+            const msgs = document.querySelectorAll('[data-testid="stChatMessage"]');
+            const r = e => { const b = e.getBoundingClientRect();
+                             return {y: b.top, height: b.height, width: b.width}; };
+            return [r(msgs[msgs.length - 1]), r(document.querySelector('.st-key-margin'))];
+        }""")  # both in one frame: no scroll in between
+        assert m["y"] >= a["y"] + a["height"] - 1, (a, m)
+        assert m["width"] > 0.8 * (PHONE["width"] - 40), m
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], f"the page scrolls sideways: {width}px"
+        # a mark still opens its card, scrolled into view
+        mark = answer.locator('a[href^="#src-"]').first
+        mark.click()
+        page.wait_for_timeout(300)
+        target = page.locator(f"[id='{mark.get_attribute('href')[1:]}']")
+        expect(target.locator(".mg-body")).to_be_in_viewport()
+        page.screenshot(path=str(DOCS / "screenshot-phone.png"), full_page=False)
+        assert not external(requests), external(requests)
+    finally:
+        context.close()
 
 
 # --------------------------------------------------------------------------- background jobs

@@ -193,7 +193,7 @@ def test_chat_page_streams_from_the_model_server(openai_env, db_path):
     at.chat_input[0].set_value(QUESTION).run()
     assert not at.exception and not at.error
     answer = at.chat_message[1].markdown[0].value
-    assert answer.startswith("According to the sources") and ":blue-badge[1]" in answer
+    assert answer.startswith("According to the sources") and "[\\[1\\]](#src-" in answer  # a mark linking to its margin card
     assert at.pills and at.pills[0].options[0].startswith("\\[1\\] sourdough\\.md")
     (chat,) = openai_env.requests_for("chat")
     assert chat.body["stream"] is True and chat.body["messages"][0]["role"] == "system"

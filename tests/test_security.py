@@ -260,6 +260,37 @@ def test_core_sources_and_answers_with_hostile_text_render_inert(workspace):
 
 # ------------------------------------------------------------------------ AppTest (real pages)
 
+# Our own in-page links from an answer's [n] marks to its margin cards: the only links allowed.
+MARK_LINK_RE = re.compile(r"\[\\\[\d+\\\]\]\(#src-[\w-]+\)")
+# What the margin's st.html may contain: our tags, our attributes, in-page links, page images.
+MARGIN_TAGS = {"div", "a", "p", "h4", "h5", "h6", "ul", "ol", "li", "blockquote", "pre", "code",
+               "strong", "em", "span", "mark", "hr", "details", "summary", "img"}
+MARGIN_ATTRS = {"class", "id", "href", "data-n", "data-mid", "src", "alt"}
+
+
+def check_margin_html(body: str) -> str:
+    """Assert the margin HTML is only our markup; returns its text (what a reader sees)."""
+    from html.parser import HTMLParser
+
+    seen: list[str] = []
+
+    class Check(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            assert tag in MARGIN_TAGS, tag
+            for name, value in attrs:
+                assert name in MARGIN_ATTRS, (tag, name, value)
+                if name == "href":
+                    assert re.fullmatch(r"#src-[\w-]+", value or ""), value
+                if name == "src":
+                    assert tag == "img" and (value or "").startswith("data:image/jpeg;base64,")
+
+        def handle_data(self, data):
+            seen.append(data)
+
+    Check(convert_charrefs=True).feed(body)
+    return "".join(seen)
+
+
 def check_rendered(at) -> int:
     """Assert what one AppTest run handed Streamlit is inert; returns how many elements carried
     the hostile text (so a page that showed none of it is noticed)."""
@@ -270,7 +301,7 @@ def check_rendered(at) -> int:
         if getattr(element.proto, "allow_html", False):
             assert not re.search(r"(?i)<script|onerror|javascript:", value), value
         # outside code, a '<' that opens a tag, a link ']('' and an image '![' are escaped
-        text = strip_code_spans(strip_fences(value))
+        text = MARK_LINK_RE.sub("", strip_code_spans(strip_fences(value)))
         assert not re.search(r"(?<!\\)<[a-zA-Z/!?]", text), value
         assert not re.search(r"(?<!\\)\]\(", text), value
         assert not re.search(r"(?<!\\)!(?<!\\)\[", text), value
@@ -279,7 +310,11 @@ def check_rendered(at) -> int:
         assert not re.search(r"(?<!\\)<[a-zA-Z/!?]", element.label), element.label
         carried += "onerror" in element.label
     for element in at.get("html"):
-        assert not re.search(r"(?i)<script|onerror|javascript:", element.value), element.value
+        body = element.proto.body
+        if body.startswith("<div class=\"mg-margin\">"):  # the margin: text shown, never markup
+            carried += bool(re.search(r"script|onerror|javascript", check_margin_html(body)))
+        else:
+            assert not re.search(r"(?i)<script|onerror|javascript:", body), body
     return carried
 
 

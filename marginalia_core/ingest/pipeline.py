@@ -28,6 +28,9 @@ from marginalia_core.store.sqlite import Store
 
 log = logging.getLogger(__name__)
 
+# Files whose original bytes are kept with the document: the margin shows their cited pages.
+KEEP_ORIGINAL_MIMES = frozenset({"application/pdf"})
+
 
 class _Abandoned(Exception):
     """Raised inside the embedding worker once nobody is waiting for its result."""
@@ -301,6 +304,7 @@ def ingest_bytes(
                 content_hash=digest,
                 page_count=extracted.page_count,
                 replace_id=replace_id,
+                original=data if extracted.mime in KEEP_ORIGINAL_MIMES else None,
                 checkpoint=checkpoint,
                 early=early,
             )
@@ -421,6 +425,7 @@ def reindex_document(
         doc = store.get_document(document_id)
         name = doc["name"]
         text, page_starts = store.document_source(document_id)
+        original = store.document_file(document_id)  # replaced with the document: carry it over
         # unless told otherwise, a document keeps the chunking it was indexed with
         target = target or doc.get("chunk_target") or settings.chunk_target
         if overlap is None:
@@ -440,6 +445,7 @@ def reindex_document(
             page_count=doc["page_count"],
             replace_id=document_id,
             document_id=document_id,
+            original=original,
         )
         yield events.done(document=new, duplicate=False, file=name, reindexed=True)
     except MarginaliaError as exc:
@@ -489,6 +495,7 @@ class IngestOutcome:
     pages: int = 1
     document_id: str | None = None
     existing: str | None = None  # the name a duplicate is already indexed under
+    mime: str = ""  # of an indexed document: only PDFs have pages worth naming
 
     @classmethod
     def from_event(cls, end: events.IngestEvent | None, name: str) -> IngestOutcome:
@@ -505,6 +512,7 @@ class IngestOutcome:
         return cls(
             doc.get("name", name), "indexed", chunks=doc.get("chunk_count", 0),
             pages=doc.get("page_count", 1), document_id=doc.get("id"),
+            mime=doc.get("mime", ""),
         )
 
 

@@ -230,6 +230,15 @@ def m009_ingest_jobs(conn: sqlite3.Connection) -> None:
     )
 
 
+def m007_document_files(conn: sqlite3.Connection) -> None:
+    """The original bytes of a document whose pages can be shown (PDFs): the margin renders
+    the cited page from them. Written with the document, deleted with it (cascade)."""
+    conn.execute(
+        "CREATE TABLE document_files ("
+        "document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE, "
+        "data BLOB NOT NULL)"
+    )
+
 
 @migration
 def m012_library_token(conn: sqlite3.Connection) -> None:
@@ -239,6 +248,7 @@ def m012_library_token(conn: sqlite3.Connection) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO state (key, value) VALUES ('library_token', (random() & 4611686018427387903) + 1)"
     )
+
 
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:

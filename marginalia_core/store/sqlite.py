@@ -172,8 +172,11 @@ class Store:
         page_starts: Sequence[int] = (0,),
         replace_id: str | None = None,
         document_id: str | None = None,
+        original: bytes | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction.
+
+        ``original`` keeps the file's bytes (PDFs, for page views) in the same transaction.
 
         ``replace_id`` deletes that document in the same transaction (re-indexing), so readers see
         either the old version or the new one, never neither.
@@ -220,6 +223,11 @@ class Store:
                 "page_end, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
+            if original is not None:
+                conn.execute(
+                    "INSERT INTO document_files (document_id, data) VALUES (?, ?)",
+                    (doc["id"], bytes(original)),
+                )
             self._bump_generation(conn, deleted=replaced)
         return doc
 
@@ -253,6 +261,13 @@ class Store:
         if row is None:
             raise NotFoundError(f"No document with id {document_id!r}.")
         return row["text"], json.loads(row["page_starts"])
+
+    def document_file(self, document_id: str) -> bytes | None:
+        """The original bytes kept for a document (PDFs), or None."""
+        row = self.conn.execute(
+            "SELECT data FROM document_files WHERE document_id = ?", (document_id,)
+        ).fetchone()
+        return bytes(row["data"]) if row else None
 
     # -- chunks ------------------------------------------------------------------------------
 
@@ -448,6 +463,34 @@ class Store:
         if row is None:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
         return dict(row)
+
+    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+        """Give a conversation a new title (its order in the list does not change)."""
+        with self.write() as conn:
+            cur = conn.execute(
+                "UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id)
+            )
+        if not cur.rowcount:
+            raise NotFoundError(f"No conversation with id {conversation_id!r}.")
+        return self.get_conversation(conversation_id)
+
+    def search_conversations(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+        """Conversations whose title or any message contains ``text`` (case-insensitive for
+        ASCII), most recently updated first, each with ``matched``: the first matching message
+        text, or "" when only the title matched."""
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self.conn.execute(
+            "SELECT c.id, c.title, c.created, c.updated, "
+            "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count, "
+            "(SELECT m.content FROM messages m WHERE m.conversation_id = c.id "
+            " AND m.content LIKE :p ESCAPE '\\' ORDER BY m.created LIMIT 1) AS matched "
+            "FROM conversations c WHERE c.title LIKE :p ESCAPE '\\' OR EXISTS ("
+            " SELECT 1 FROM messages m WHERE m.conversation_id = c.id "
+            " AND m.content LIKE :p ESCAPE '\\') "
+            "ORDER BY c.updated DESC, c.created DESC LIMIT :limit",
+            {"p": pattern, "limit": int(limit)},
+        ).fetchall()
+        return [{**dict(r), "matched": r["matched"] or ""} for r in rows]
 
     def delete_conversation(self, conversation_id: str) -> bool:
         with self.write() as conn:

@@ -1,0 +1,471 @@
+"""The margin as sanitised HTML: passages rendered as what they are, cards that an answer's
+inline marks open without a rerun.
+
+Streamlit markdown cannot run Python when a link is clicked, but an in-page link
+(``#src-…``) changes the URL fragment, and CSS ``:target`` can open the card with that id. So
+each answer's marks are links to card ids and the margin is one ``st.html`` block of cards
+built here. Everything a document wrote is escaped with ``html.escape`` before any tag of
+ours is added, so no document text can become markup; markdown documents go through a small
+renderer that only knows headings, lists, quotes, emphasis and code. Raw HTML shows as text,
+images show as their alt text (nothing is loaded) and links keep their text but lose their
+address. Streamlit's own DOMPurify pass then runs on top of that.
+
+Nothing here imports Streamlit.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from marginalia_app import presentation as fmt
+from marginalia_core.citations import find_marks
+from marginalia_core.ingest.page_images import PageRenderError
+
+if TYPE_CHECKING:
+    from marginalia_core.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+MARKDOWN_MIMES = frozenset({"text/markdown", "text/x-markdown"})
+PAGED_MIMES = frozenset({"application/pdf"})
+# Headings inside a margin card are kept small: h1 -> h4 ... h3+ -> h6.
+HEADING_BASE = 3
+MAX_HEADING = 6
+ANCHOR_PREFIX = "src"
+
+
+def is_markdown(mime: str | None) -> bool:
+    return (mime or "").split(";")[0].strip().lower() in MARKDOWN_MIMES
+
+
+def has_pages(mime: str | None) -> bool:
+    """Only PDFs have real pages; a text or markdown file is one long page, never labelled."""
+    return (mime or "").split(";")[0].strip().lower() in PAGED_MIMES
+
+
+def anchor_id(scope: str, mid: str, n: int) -> str:
+    """The id of a margin card; ``scope`` changes whenever the margin's default card does, so
+    a fragment left in the URL by an earlier click cannot keep an old card open."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "", f"{scope}-{mid[:12]}")
+    return f"{ANCHOR_PREFIX}-{safe}-{n}"
+
+
+# ---------------------------------------------------------------------------------------------
+# inline markdown -> (text, styles) segments
+
+@dataclass(frozen=True)
+class Segment:
+    text: str
+    styles: tuple[str, ...] = ()
+
+
+_INLINE_RE = re.compile(
+    r"(?P<esc>\\[!-/:-@\[-`{-~])"
+    r"|(?P<code>(?P<ticks>`+)(?P<codebody>.+?)(?P=ticks))"
+    r"|(?P<img>!\[(?P<alt>[^\]]*)\]\((?:[^()\s]|\([^()]*\))*(?:\s[^()]*)?\))"
+    r"|(?P<link>\[(?P<linktext>[^\]]+)\]\((?:[^()\s]|\([^()]*\))*(?:\s[^()]*)?\))"
+    r"|(?P<auto><(?:https?|mailto|ftp):[^>\s]*>)"
+    r"|(?P<strong>\*\*(?P<sbody>(?=\S)(?:(?!\*\*).)+?(?<=\S))\*\*"
+    r"|(?<!\w)__(?P<sbody2>(?=\S)(?:(?!__).)+?(?<=\S))__(?!\w))"
+    r"|(?P<em>\*(?P<ebody>(?=[^\s*])[^*]*?(?<=[^\s*]))\*"
+    r"|(?<!\w)_(?P<ebody2>(?=[^\s_])[^_]*?(?<=[^\s_]))_(?!\w))"
+)
+
+
+def parse_inline(text: str, styles: tuple[str, ...] = ()) -> list[Segment]:
+    """Inline markdown as styled plain-text segments; the concatenated texts are what a reader
+    sees (markers removed, link addresses and image sources dropped)."""
+    out: list[Segment] = []
+    pos = 0
+    for m in _INLINE_RE.finditer(text):
+        if m.start() > pos:
+            out.append(Segment(text[pos : m.start()], styles))
+        if m.group("esc"):
+            out.append(Segment(m.group("esc")[1], styles))
+        elif m.group("code"):
+            out.append(Segment(m.group("codebody"), (*styles, "code")))
+        elif m.group("img") is not None and m.group("img"):
+            out.append(Segment(m.group("alt") or "image", (*styles, "img")))
+        elif m.group("link"):
+            out.extend(parse_inline(m.group("linktext"), (*styles, "link")))
+        elif m.group("auto"):
+            out.append(Segment(m.group("auto")[1:-1], (*styles, "link")))
+        elif m.group("strong"):
+            body = m.group("sbody") or m.group("sbody2") or ""
+            out.extend(parse_inline(body, (*styles, "strong")))
+        elif m.group("em"):
+            body = m.group("ebody") or m.group("ebody2") or ""
+            out.extend(parse_inline(body, (*styles, "em")))
+        pos = m.end()
+    if pos < len(text):
+        out.append(Segment(text[pos:], styles))
+    return [s for s in out if s.text]
+
+
+# ---------------------------------------------------------------------------------------------
+# blocks
+
+@dataclass
+class Block:
+    kind: str  # "p", "h", "li", "quote", "code", "hr"
+    segments: list[Segment]
+    level: int = 0  # heading level; for "li", 1 when the list is ordered
+    plain: str = ""
+
+
+_HEADING_RE = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_BULLET_RE = re.compile(r"^ {0,3}([-*+])\s+(.*)$")
+_ORDERED_RE = re.compile(r"^ {0,3}(\d{1,9})[.)]\s+(.*)$")
+_QUOTE_RE = re.compile(r"^ {0,3}>\s?(.*)$")
+_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_HR_RE = re.compile(r"^ {0,3}([-*_])(?:\s*\1){2,}\s*$")
+
+
+def _inline_block(kind: str, text: str, level: int = 0) -> Block:
+    text = " ".join(text.split())
+    segments = parse_inline(text)
+    return Block(kind, segments, level, "".join(s.text for s in segments))
+
+
+def parse_markdown(content: str) -> list[Block]:
+    """The block structure of a markdown passage (a chunk may start or end mid-block)."""
+    blocks: list[Block] = []
+    para: list[str] = []
+    kind, level = "p", 0
+    lines = content.splitlines()
+
+    def flush() -> None:
+        nonlocal para, kind, level
+        if para and " ".join(para).strip():
+            blocks.append(_inline_block(kind, " ".join(para), level))
+        para, kind, level = [], "p", 0
+
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE_RE.match(line)
+        if fence:
+            flush()
+            marker = fence.group(1)
+            body: list[str] = []
+            i += 1
+            while i < len(lines) and not lines[i].strip().startswith(marker):
+                body.append(lines[i])
+                i += 1
+            code = "\n".join(body).strip("\n")
+            if code:
+                blocks.append(Block("code", [Segment(code, ("code",))], 0, code))
+            i += 1
+            continue
+        if not line.strip():
+            flush()
+        elif _HR_RE.match(line):
+            flush()
+            blocks.append(Block("hr", [], 0, ""))
+        elif heading := _HEADING_RE.match(line):
+            flush()
+            blocks.append(_inline_block("h", heading.group(2), len(heading.group(1))))
+        elif item := _BULLET_RE.match(line) or _ORDERED_RE.match(line):
+            flush()
+            kind, level = "li", int(item.re is _ORDERED_RE)
+            para = [item.group(2)]
+        elif quote := _QUOTE_RE.match(line):
+            if kind != "quote":
+                flush()
+            kind = "quote"
+            para.append(quote.group(1))
+        else:
+            para.append(line)  # a paragraph, or a list item's continuation line
+        i += 1
+    flush()
+    return [b for b in blocks if b.kind == "hr" or b.plain.strip()]
+
+
+def markdown_display(blocks: Sequence[Block]) -> str:
+    """The text a reader sees, blocks separated by blank lines: what highlights are found in."""
+    return "\n\n".join(b.plain for b in blocks if b.kind != "hr")
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+
+_STYLE_TAGS = {"strong": "strong", "em": "em", "code": "code"}
+_STYLE_CLASSES = {"link": "mg-link", "img": "mg-img"}
+
+
+def _wrap(text: str, styles: Sequence[str], marked: bool) -> str:
+    out = html.escape(text, quote=True)
+    if marked:
+        out = f'<mark class="mg-hl">{out}</mark>'
+    for style in reversed(styles):
+        if style in _STYLE_TAGS:
+            out = f"<{_STYLE_TAGS[style]}>{out}</{_STYLE_TAGS[style]}>"
+        elif style in _STYLE_CLASSES:
+            out = f'<span class="{_STYLE_CLASSES[style]}">{out}</span>'
+    return out
+
+
+def _segments_html(
+    segments: Sequence[Segment], offset: int, spans: Sequence[tuple[int, int]]
+) -> str:
+    """Segments starting at ``offset`` of the display text, with ``spans`` of it marked."""
+    out: list[str] = []
+    pos = offset
+    for seg in segments:
+        start, end = pos, pos + len(seg.text)
+        cuts = {start, end}
+        for a, b in spans:
+            if a < end and b > start:
+                cuts.update((max(a, start), min(b, end)))
+        edges = sorted(cuts)
+        for a, b in zip(edges, edges[1:], strict=False):
+            piece = seg.text[a - start : b - start]
+            marked = any(x <= a and b <= y for x, y in spans)
+            out.append(_wrap(piece, seg.styles, marked))
+        pos = end
+    return "".join(out)
+
+
+def markdown_html(content: str, spans: Sequence[tuple[int, int]] = ()) -> str:
+    """A markdown passage as sanitised HTML; ``spans`` index ``markdown_display`` of it."""
+    blocks = parse_markdown(content)
+    out: list[str] = []
+    offset = 0
+    open_list: str | None = None
+    for block in blocks:
+        wanted = ("ol" if block.level else "ul") if block.kind == "li" else None
+        if open_list and wanted != open_list:
+            out.append(f"</{open_list}>")
+            open_list = None
+        if wanted and not open_list:
+            out.append(f"<{wanted}>")
+            open_list = wanted
+        if block.kind == "hr":
+            out.append("<hr>")
+            continue
+        inner = _segments_html(block.segments, offset, spans)
+        offset += len(block.plain) + 2
+        if block.kind == "h":
+            level = min(MAX_HEADING, HEADING_BASE + block.level)
+            out.append(f'<h{level} class="mg-h">{inner}</h{level}>')
+        elif block.kind == "li":
+            out.append(f"<li>{inner}</li>")
+        elif block.kind == "quote":
+            out.append(f"<blockquote>{inner}</blockquote>")
+        elif block.kind == "code":
+            out.append(f"<pre>{inner}</pre>")
+        else:
+            out.append(f"<p>{inner}</p>")
+    if open_list:
+        out.append(f"</{open_list}>")
+    return "".join(out)
+
+
+def text_html(content: str, spans: Sequence[tuple[int, int]] = ()) -> str:
+    """A text or PDF passage as escaped paragraphs; ``spans`` index ``fmt.display_text``."""
+    display = fmt.display_text(content)
+    out = []
+    offset = 0
+    for para in display.split("\n\n"):
+        out.append(f"<p>{_segments_html([Segment(para)], offset, spans)}</p>")
+        offset += len(para) + 2
+    return "".join(out)
+
+
+def passage_display(content: str, mime: str | None) -> str:
+    """The text highlights are searched in, as the passage is shown for this kind of file."""
+    if is_markdown(mime):
+        return markdown_display(parse_markdown(content))
+    return fmt.display_text(content)
+
+
+def passage_html(content: str, mime: str | None, sentences: Sequence[str] = ()) -> tuple[str, bool]:
+    """(HTML of a passage as what it is, whether a cited sentence was found and highlighted)."""
+    spans = fmt.highlight_spans(passage_display(content, mime), sentences) if sentences else []
+    body = markdown_html(content, spans) if is_markdown(mime) else text_html(content, spans)
+    return body, bool(spans)
+
+
+# ---------------------------------------------------------------------------------------------
+# cards
+
+def card_label(source: dict[str, Any], mime: str | None) -> str:
+    """Plain text "[1] report.pdf · p. 3 · 82 %"; no page for text and markdown files."""
+    parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
+    if has_pages(mime):
+        pages = fmt.page_label(source.get("page"), source.get("page_end"))
+        if pages:
+            parts.append(pages)
+    if source.get("score") is not None:
+        parts.append(fmt.percent(source.get("score")))
+    return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class PageView:
+    """A rendered page for a card's "See on the page": a data URI, or why there is none."""
+
+    data_uri: str | None
+    page: int
+    note: str = ""
+
+
+def card_html(
+    source: dict[str, Any],
+    *,
+    anchor: str,
+    mime: str | None,
+    sentences: Sequence[str],
+    cited: bool,
+    is_open: bool,
+    page_view: PageView | None = None,
+) -> str:
+    body, highlighted = passage_html(
+        source.get("content") or source.get("excerpt") or "", mime, sentences
+    )
+    name = str(source.get("document_name", ""))
+    where = f"Passage {int(source['idx']) + 1}" if source.get("idx") is not None else "Passage"
+    note = f"{where} of {name}"
+    if highlighted:
+        note += " · the cited part is highlighted"
+    elif not cited:
+        note += " · retrieved, not cited"
+    classes = ["mg-card"] + ["mg-open"] * is_open + ["mg-cited" if cited else "mg-uncited"]
+    kind = "md" if is_markdown(mime) else "pdf" if has_pages(mime) else "text"
+    view = ""
+    if page_view is not None:
+        if page_view.data_uri:
+            view = (
+                f'<details class="mg-page"><summary>See on the page (p. {page_view.page})'
+                f'</summary><img class="mg-page-img" alt="Page {page_view.page} of '
+                f'{html.escape(name, quote=True)} with the cited passage highlighted" '
+                f'src="{page_view.data_uri}"></details>'
+            )
+        elif page_view.note:
+            view = f'<div class="mg-note">{html.escape(page_view.note)}</div>'
+    return (
+        f'<div class="{" ".join(classes)}" id="{anchor}" data-n="{int(source["n"])}">'
+        f'<a class="mg-head" href="#{anchor}">{html.escape(card_label(source, mime))}</a>'
+        f'<div class="mg-body"><div class="mg-passage mg-{kind}">{body}</div>'
+        f'<div class="mg-note">{html.escape(note)}</div>{view}</div></div>'
+    )
+
+
+def group_html(
+    cards: Sequence[str], *, question: str, default: bool, mid: str, live: bool = False
+) -> str:
+    """One answer's cards; the default group shows unless a card of another group is targeted."""
+    classes = "mg-group mg-default" if default else "mg-group"
+    head = ""
+    if question:
+        short = " ".join(question.split())
+        short = short if len(short) <= 70 else short[:69].rstrip() + "…"
+        head = f'<div class="mg-question">Sources for “{html.escape(short)}”</div>'
+    if live:
+        head += '<div class="mg-note">Retrieved passages. The answer is being written…</div>'
+    if not cards:
+        head += '<div class="mg-note">No passage was cited for this answer.</div>'
+    safe_mid = re.sub(r"[^A-Za-z0-9_-]", "", mid)
+    return f'<div class="{classes}" data-mid="{safe_mid}">{head}{"".join(cards)}</div>'
+
+
+def margin_html(groups: Sequence[str]) -> str:
+    return f'<div class="mg-margin">{"".join(groups)}</div>'
+
+
+_SUFFIX_MIMES = {".md": "text/markdown", ".markdown": "text/markdown", ".pdf": "application/pdf"}
+
+
+def source_mime(source: dict[str, Any], mimes: dict[str, str]) -> str:
+    """The mime of a source's document; guessed from its name once the document is gone."""
+    mime = mimes.get(str(source.get("document_id", "")))
+    if mime:
+        return mime
+    name = str(source.get("document_name", "")).lower()
+    return next((m for suffix, m in _SUFFIX_MIMES.items() if name.endswith(suffix)), "text/plain")
+
+
+def first_cited(answer: str, numbers: Sequence[int]) -> int | None:
+    """The number of the first valid mark in the answer: the card open after it."""
+    valid = set(numbers)
+    for mark in find_marks(answer):
+        for n in mark.numbers:
+            if n in valid:
+                return n
+    return None
+
+
+PAGE_VIEW_FALLBACK = "The page could not be shown; the passage above is its text."
+MAX_PAGES_SEARCHED = 3
+
+
+def page_view(ws: Workspace, source: dict[str, Any], sentences: Sequence[str]) -> PageView | None:
+    """The cited page of a PDF source as a data URI for its card; a note when it cannot be
+    rendered (the card's text stays); None when no original is kept."""
+    first = int(source.get("page") or 1)
+    last = max(first, int(source.get("page_end") or first))
+    pages = list(range(first, min(last, first + MAX_PAGES_SEARCHED - 1) + 1))
+    passage = [source.get("content") or source.get("excerpt") or ""]
+    try:
+        image = ws.page_image(str(source.get("document_id", "")), pages, list(sentences) or passage)
+    except PageRenderError:
+        log.warning("page view failed for %s p. %s", source.get("document_id"), first,
+                    exc_info=True)
+        return PageView(None, first, PAGE_VIEW_FALLBACK)
+    if image is None:
+        return None
+    uri = f"data:{image.mime};base64,{base64.b64encode(image.data).decode('ascii')}"
+    return PageView(uri, image.page)
+
+
+PageViewer = Callable[[dict[str, Any], Sequence[str]], "PageView | None"]
+
+
+def answer_group(
+    answer: dict[str, Any],
+    *,
+    question: str,
+    scope: str,
+    mimes: dict[str, str],
+    default: bool,
+    open_n: int | None = None,
+    page_view: PageViewer | None = None,
+) -> str:
+    """The margin group of one saved answer: a card per source, the first cited (or the chosen
+    ``open_n``) open, cited sentences highlighted, PDF page views when ``page_view`` is given."""
+    sources = answer.get("sources") or []
+    numbers = [int(s["n"]) for s in sources]
+    cited = fmt.cited_sentences(answer.get("content") or "", None)
+    chosen = open_n if open_n in numbers else first_cited(answer.get("content") or "", numbers)
+    cards = []
+    for source in sources:
+        n = int(source["n"])
+        mime = source_mime(source, mimes)
+        sentences = cited.get(n, [])
+        view = page_view(source, sentences) if page_view and has_pages(mime) else None
+        cards.append(card_html(
+            source,
+            anchor=anchor_id(scope, answer["id"], n),
+            mime=mime,
+            sentences=sentences,
+            cited=n in cited,
+            is_open=n == chosen,
+            page_view=view,
+        ))
+    return group_html(cards, question=question, default=default, mid=answer["id"])
+
+
+def live_group(sources: Sequence[dict[str, Any]], question: str, mimes: dict[str, str]) -> str:
+    """The margin while an answer streams: the retrieved passages, closed, nothing cited yet."""
+    cards = [
+        card_html(s, anchor=anchor_id("live", "x", int(s["n"])), mime=source_mime(s, mimes),
+                  sentences=(), cited=True, is_open=False)
+        for s in sources
+    ]
+    return group_html(cards, question=question, default=True, mid="live", live=True)
