@@ -191,6 +191,17 @@ def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m007_document_files(conn: sqlite3.Connection) -> None:
+    """The original bytes of a document whose pages can be shown (PDFs): the margin renders
+    the cited page from them. Written with the document, deleted with it (cascade)."""
+    conn.execute(
+        "CREATE TABLE document_files ("
+        "document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE, "
+        "data BLOB NOT NULL)"
+    )
+
+
+@migration
 def m009_ingest_jobs(conn: sqlite3.Connection) -> None:
     """Ingestion jobs: an upload waits here (with its bytes, so a restart can resume it) until a
     worker claims it, and keeps its progress and outcome after. The bytes are dropped when the
@@ -227,16 +238,6 @@ def m009_ingest_jobs(conn: sqlite3.Connection) -> None:
         )""",
         "CREATE INDEX ingest_jobs_status ON ingest_jobs(status, created, position)",
         "CREATE INDEX ingest_jobs_created ON ingest_jobs(created)",
-    )
-
-
-def m007_document_files(conn: sqlite3.Connection) -> None:
-    """The original bytes of a document whose pages can be shown (PDFs): the margin renders
-    the cited page from them. Written with the document, deleted with it (cascade)."""
-    conn.execute(
-        "CREATE TABLE document_files ("
-        "document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE, "
-        "data BLOB NOT NULL)"
     )
 
 
