@@ -1,5 +1,7 @@
 """Ingestion as a person watches it: a visible progress bar per file driven by the ingestion
-events, and the outcome of each file (indexed, already in the library, or refused and why)."""
+events, the background jobs (a compact indicator on every page, the queue with cancel and
+resume on Documents) and the outcome of each file (indexed, already in the library, or refused
+and why)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,12 @@ from marginalia_app import presentation as fmt
 from marginalia_app.passages import has_pages
 from marginalia_app.samples import sample_files
 from marginalia_core import events
+from marginalia_core.ingest.jobs import Job, Upload
 from marginalia_core.ingest.pipeline import IngestOutcome, follow
 from marginalia_core.workspace import Workspace
+
+# how often the job indicator and the queue refresh themselves (a fragment rerun, not the page)
+JOB_POLL_S = 1.5
 
 REFUSAL_TITLES = {
     "unsupported": "not a supported file type",
@@ -30,6 +36,8 @@ REFUSAL_TITLES = {
     "embedding": "embedding failed",
     "auth": "the API key was refused",
     "internal": "unexpected error",
+    "cancelled": "cancelled",
+    "interrupted": "interrupted",
 }
 
 
@@ -74,8 +82,13 @@ def ingest_one(ws: Workspace, name: str, data: bytes, mime: str | None = None) -
 
 
 def index_samples(ws: Workspace) -> list[IngestOutcome]:
-    """Index the bundled sample documents (already indexed ones are noted as duplicates)."""
-    return [ingest_one(ws, path.name, path.read_bytes()) for path in sample_files()]
+    """Index the bundled sample documents now (they are small), as recorded jobs like any
+    upload; already indexed ones are noted as duplicates."""
+    return [
+        watch(path.name, ws.job_queue.run_inline([Upload(path.name, path.read_bytes())]),
+              path.name)
+        for path in sample_files()
+    ]
 
 
 def _status_state(outcome: IngestOutcome) -> str:
@@ -95,18 +108,20 @@ def outcome_label(outcome: IngestOutcome) -> str:
         if same == outcome.name:
             return f"{name} — already in your library"
         return f"{name} — already in your library (as {fmt.escape_inline(same, 60)})"
+    if outcome.reason in ("cancelled", "interrupted"):
+        return f"{name} — {outcome.reason}"
     return f"{name} — refused: {refusal_title(outcome.reason)}"
 
 
 def render_results(
     outcomes: list[IngestOutcome],
     ws: Workspace | None = None,
-    locked: dict[int, tuple[bytes, str | None]] | None = None,
+    locked: dict[int, str] | None = None,
 ) -> None:
     """Outcomes of the last batch, as finished status boxes (refusals open, with the reason).
 
-    ``locked`` maps an outcome's position to the bytes (and MIME type) of a password-protected
-    file: its card then offers a password field, and a right password indexes it in place."""
+    ``locked`` maps an outcome's position to the job of a password-protected file: its card
+    then offers a password field, and the job runs again with the password given."""
     locked = locked if locked is not None else {}
     for i, outcome in enumerate(outcomes):
         with st.status(outcome_label(outcome), state=_status_state(outcome),
@@ -125,12 +140,12 @@ def render_results(
 def _password_form(
     ws: Workspace,
     outcomes: list[IngestOutcome],
-    locked: dict[int, tuple[bytes, str | None]],
+    locked: dict[int, str],
     i: int,
 ) -> None:
-    """A password field for one locked file. The password lives only in the run that uses it:
-    each attempt gets a fresh field (a new widget key), so Streamlit drops the old value from
-    the session, and nothing stores or logs it."""
+    """A password field for one locked file (its refused job kept the bytes). The password
+    lives only in the run that uses it: each attempt gets a fresh field (a new widget key), so
+    Streamlit drops the old value from the session; the job gets it in memory, never stored."""
     name = outcomes[i].name
     attempt = st.session_state.setdefault(UNLOCK_ATTEMPTS_KEY, 0)
     with st.form(key=f"unlock-{i}-{attempt}", clear_on_submit=True, border=False):
@@ -145,10 +160,89 @@ def _password_form(
         st.warning("Type the PDF's password first.", icon=":material/key:")
         return
     st.session_state[UNLOCK_ATTEMPTS_KEY] = attempt + 1
-    data, mime = locked[i]
-    outcome = watch(name, ws.ingest(name, data, mime=mime, password=password), name)
+    ws.resume(locked[i], password=password)  # the job runs again in the background
     del password
-    outcomes[i] = outcome
-    if not needs_password(outcome):
-        locked.pop(i, None)  # indexed (or refused for another reason): the bytes can go
     st.rerun()
+
+
+# --------------------------------------------------------------------------- background jobs
+
+
+def job_title(job: Job) -> str:
+    return fmt.escape_inline(job.name, 70)
+
+
+@st.fragment(run_every=JOB_POLL_S)
+def job_indicator(ws: Workspace, documents_page: Any) -> None:
+    """Every page's sidebar: the jobs running in the background, compactly, refreshed in
+    place; interrupted uploads point to the Documents page."""
+    jobs = ws.jobs()
+    active = [j for j in jobs if j.active]
+    interrupted = [j for j in jobs if j.resumable]
+    if not active and not interrupted:
+        return
+    with st.container(border=True, key="job_indicator"):
+        if active:
+            running = [j for j in active if j.status == "running"]
+            waiting = len(active) - len(running)
+            head = f"**Indexing {len(active)} file{'s' * (len(active) != 1)}**"
+            if waiting:
+                head += f" · {waiting} waiting"
+            st.markdown(head)
+            for job in running[:2]:
+                share, line = fmt.job_progress(job)
+                st.progress(min(1.0, share), text=f"{job_title(job)} — {line}")
+        if interrupted:
+            st.caption(f"{len(interrupted)} upload{'s were' if len(interrupted) != 1 else ' was'}"
+                       " interrupted and can be resumed.")
+        st.page_link(documents_page, label="Open the queue", icon=":material/list:")
+
+
+def _cancel(ws: Workspace, job_id: str) -> None:
+    ws.cancel(job_id)
+
+
+def _resume(ws: Workspace, job_id: str | None) -> None:
+    ws.resume(job_id)
+
+
+@st.fragment(run_every=JOB_POLL_S)
+def job_queue(ws: Workspace) -> None:
+    """The Documents page's queue: running and waiting jobs with cancel, interrupted ones with
+    resume or discard. When a job this view saw running ends, the whole page reruns so the
+    library and the results show it."""
+    jobs = ws.jobs()
+    shown = [j for j in jobs if j.active or j.resumable]
+    seen = set(st.session_state.get("jobs_seen_active", ()))
+    now_active = {j.id for j in jobs if j.active}
+    st.session_state["jobs_seen_active"] = sorted(now_active)
+    if seen - now_active:
+        st.rerun(scope="app")
+    if not shown:
+        return
+    st.subheader("Indexing", anchor=False)
+    interrupted = [j for j in shown if j.resumable]
+    if len(interrupted) > 1:
+        st.button(f"Resume all {len(interrupted)} interrupted uploads", icon=":material/replay:",
+                  key="resume_all_jobs", on_click=_resume, args=(ws, None))
+    for job in shown:
+        with st.container(border=True, key=f"job-{job.id}"):
+            row = st.columns([5, 1], vertical_alignment="center")
+            with row[0]:
+                if job.resumable:
+                    st.markdown(f"**{job_title(job)}** — interrupted")
+                    st.caption(fmt.escape_inline(job.message))
+                else:
+                    share, line = fmt.job_progress(job)
+                    st.markdown(f"**{job_title(job)}**")
+                    st.progress(min(1.0, share), text=line)
+            with row[1]:
+                if job.resumable:
+                    st.button("Resume", key=f"resume-{job.id}", icon=":material/replay:",
+                              on_click=_resume, args=(ws, job.id), width="stretch")
+                    st.button("Discard", key=f"discard-{job.id}", type="tertiary",
+                              on_click=_cancel, args=(ws, job.id), width="stretch")
+                else:
+                    st.button("Cancel", key=f"cancel-{job.id}", icon=":material/cancel:",
+                              on_click=_cancel, args=(ws, job.id), width="stretch",
+                              disabled=job.cancel_requested)

@@ -582,6 +582,10 @@ def stage_progress(event: dict[str, Any]) -> tuple[float, str]:
     """(fraction 0..1, plain-text step) for an ingestion ``stage`` event."""
     stage = event.get("stage")
     if stage == "extracting":
+        total = int(event.get("total") or 0)
+        if total:
+            done = int(event.get("done") or 0)
+            return 0.1 * done / total, f"Reading page {done} of {total}"
         return 0.05, "Reading the file…"
     if stage == "ocr":
         total = int(event.get("total") or 0)
@@ -600,3 +604,51 @@ def stage_progress(event: dict[str, Any]) -> tuple[float, str]:
     if stage == "storing":
         return 0.97, "Saving…"
     return 0.0, str(stage or "")
+
+
+# ---------------------------------------------------------------------------------------------
+# ingestion jobs
+
+
+def format_duration(seconds: float | None) -> str:
+    """``45 s``, ``3 min 05 s``, ``1 h 02 min``: a short, readable span."""
+    if seconds is None:
+        return ""
+    total = max(0, int(round(seconds)))
+    if total < 60:
+        return f"{total} s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'s' * (n != 1)}"
+
+
+def job_progress(job: Any, now: datetime | None = None) -> tuple[float, str]:
+    """(fraction 0..1, one plain line) for an ingestion job: file i of n, pages read, passages
+    embedded, elapsed and time left. ``job`` is an ``ingest.jobs.Job``."""
+    parts = []
+    if job.batch_size > 1:
+        parts.append(f"file {job.position} of {job.batch_size}")
+    if job.status == "queued":
+        parts.append("waiting")
+        return 0.0, " · ".join(parts)
+    if job.pages_total > 1:
+        parts.append(f"page {job.pages_done:,} of {job.pages_total:,}")
+    if job.chunks_total:
+        parts.append(f"{job.chunks_done:,} of {_plural(job.chunks_total, 'passage')} embedded")
+    elif job.stage in ("", "extracting") and job.pages_total <= 1:
+        parts.append("reading")
+    if job.cancel_requested:
+        parts.append("cancelling…")
+    elapsed = job.elapsed(now)
+    if elapsed is not None:
+        parts.append(f"{format_duration(elapsed)} elapsed")
+    eta = job.eta(now)
+    if eta is not None and not job.cancel_requested:
+        parts.append(f"about {format_duration(eta)} left")
+    return job.fraction, " · ".join(parts)

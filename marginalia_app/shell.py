@@ -20,6 +20,7 @@ from typing import Any
 import streamlit as st
 
 from marginalia_app import presentation as fmt
+from marginalia_app.ingest_view import job_indicator
 from marginalia_core.config import Settings, load_settings
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.workspace import Workspace
@@ -119,11 +120,26 @@ def _embedder(key: str, _settings: Settings) -> Any:
     return Workspace(_settings).embedder
 
 
+def _release(ws: Workspace) -> None:
+    ws.stop_worker()  # a job it was running is marked interrupted, resumable
+
+
+@st.cache_resource(show_spinner=False, on_release=_release)
+def _ingest_worker(key: str, _settings: Settings) -> Workspace:
+    """The process's one ingestion worker per embedding setting, on its own Workspace: browser
+    sessions and chat-model choices come and go, the worker (and its jobs) stay."""
+    ws = Workspace(_settings, embedder=_embedder(key, _settings))
+    ws.start_worker()
+    return ws
+
+
 @st.cache_resource(show_spinner=False)
 def _workspace(key: str, _settings: Settings) -> Workspace:
     # load the embedding model once per process, not on the first question
     base = replace(_settings, chat_model=None, answerer=None)
-    return Workspace(_settings, embedder=_embedder(_settings_key(base), base))
+    base_key = _settings_key(base)
+    _ingest_worker(base_key, base)
+    return Workspace(_settings, embedder=_embedder(base_key, base))
 
 
 def workspace() -> Workspace:
@@ -156,9 +172,10 @@ def run_app() -> None:
         initial_sidebar_state="auto",  # open on a desktop, closed on a phone
     )
     chat_page = st.Page(CHAT_PAGE, title="Chat", icon=":material/forum:", default=True)
+    documents_page = st.Page(DOCUMENTS_PAGE, title="Documents", icon=":material/library_books:")
     current = st.navigation([
         chat_page,
-        st.Page(DOCUMENTS_PAGE, title="Documents", icon=":material/library_books:"),
+        documents_page,
         st.Page(INSPECTOR_PAGE, title="Retrieval Inspector", icon=":material/troubleshoot:"),
     ])
     st.html(CSS)
@@ -169,6 +186,8 @@ def run_app() -> None:
         st.error(f"Marginalia could not start: {fmt.escape_inline(str(exc))}",
                  icon=":material/error:")
         st.stop()
+    with st.sidebar:
+        job_indicator(ws, documents_page)  # ingestion running in the background, on every page
     render_sidebar(ws)
     shown = st.session_state.get("page_shown")
     if shown is not None and shown != current.url_path:

@@ -181,12 +181,7 @@ def _password(args: argparse.Namespace) -> str | None:
 
 
 def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    status = EXIT_OK
-    password = _password(args)
-    for path in args.files:
-        status = max(status, _stream(ws.ingest_path(path, password=password), out, err,
-                                     "refused"))
-    return status
+    return _stream(ws.ingest_files(args.files, password=_password(args)), out, err, "refused")
 
 
 def _search_line(ws: Workspace, query: str) -> dict[str, Any]:

@@ -57,6 +57,9 @@ _ENV: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "MARGINALIA_OPENAI_TIMEOUT": ("openai_timeout_s", float),
     "MARGINALIA_OPENAI_CONCURRENCY": ("openai_concurrency", int),
     "MARGINALIA_OCR": ("ocr", _flag),
+    "MARGINALIA_EMBED_BATCH": ("embed_batch", int),
+    "MARGINALIA_EMBED_WHILE_READING": ("embed_while_reading", lambda v: v.strip().lower()
+                                       not in ("0", "false", "no", "off")),
 }
 
 
@@ -83,6 +86,11 @@ class Settings:
     openai_timeout_s: float = 60.0  # per request / between streamed chunks
     openai_concurrency: int = 2  # embedding batches in flight; local servers queue beyond this
     ocr: bool = True  # read PDF pages without a text layer by OCR (when the engine is installed)
+    # texts per embedding call; None: the embedder's own tuned size. Also the boundary at which
+    # an ingestion job reports progress and notices a cancel.
+    embed_batch: int | None = None
+    # embed settled passages of a PDF while its later pages are still read (overlap)
+    embed_while_reading: bool = True
 
     @property
     def keyed(self) -> bool:

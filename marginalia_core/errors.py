@@ -95,6 +95,20 @@ class ModelServerError(MarginaliaError):
     reason = "model_server"
 
 
+class CancelledError(MarginaliaError):
+    """A person cancelled an ingestion job; it stopped at a page or batch boundary and nothing
+    of it was saved."""
+
+    reason = "cancelled"
+
+
+class JobInterruptedError(MarginaliaError):
+    """An ingestion job stopped because its process is shutting down; its upload is kept so it
+    can resume."""
+
+    reason = "interrupted"
+
+
 class InvalidInputError(MarginaliaError):
     """A request the user can fix (a blank title, say); nothing was changed."""
 

@@ -17,6 +17,7 @@ from marginalia_core.config import RETRIEVAL_MODES, Settings, load_settings
 from marginalia_core.errors import EmbedderMismatchError, InvalidInputError, NotFoundError
 from marginalia_core.ingest import pipeline
 from marginalia_core.ingest.chunking import Chunk, chunk_stats, chunk_text, effective_overlap
+from marginalia_core.ingest.jobs import Job, JobQueue, JobWorker, Upload
 from marginalia_core.ingest.page_images import PageImage, PageRenderer
 from marginalia_core.providers.embeddings import Embedder, get_embedder
 from marginalia_core.retrieval.retriever import Hit, Retriever
@@ -56,6 +57,7 @@ class Workspace:
         self._lock = threading.Lock()
         if embedder is not None:
             self.__dict__["embedder"] = embedder
+        self._worker: JobWorker | None = None
 
     # ------------------------------------------------------------------ wiring
 
@@ -193,6 +195,7 @@ class Workspace:
         return openai_client.list_models(self.settings)
 
     def close(self) -> None:
+        self.stop_worker()
         if "store" in self.__dict__:
             self.store.close()
 
@@ -220,6 +223,74 @@ class Workspace:
         return pipeline.ingest_path(
             self.store, self.embedder, self.settings, path, password=password
         )
+
+    # ------------------------------------------------------------------ ingestion jobs
+
+    @cached_property
+    def job_queue(self) -> JobQueue:
+        """The database's ingestion jobs; creating it marks jobs a dead process left running
+        as interrupted."""
+        return JobQueue(self.store, self.settings, lambda: self.embedder)
+
+    def start_worker(self) -> JobWorker:
+        """Start this Workspace's background worker (once; the app calls it from the cached
+        Workspace, so there is one per process whatever the number of browser sessions)."""
+        with self._lock:
+            if self._worker is None:
+                self._worker = JobWorker(self.job_queue)
+        return self._worker.start()
+
+    def stop_worker(self) -> None:
+        """Stop the worker; a job it was running is marked interrupted and can be resumed."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop()
+
+    def submit(
+        self, uploads: Iterable[Upload | tuple[str, bytes] | tuple[str, bytes, str | None]],
+        *, password: str | None = None,
+    ) -> list[Job]:
+        """Queue files for the background worker as one batch; returns their jobs at once.
+        ``password`` (for encrypted PDFs) is kept in memory only."""
+        files = [u if isinstance(u, Upload) else Upload(*u) for u in uploads]
+        jobs = self.job_queue.submit(files, password=password)
+        if self._worker is not None:
+            self._worker.wake()
+        return jobs
+
+    def jobs(self) -> list[Job]:
+        """Queued, running and interrupted jobs (in run order), then recent finished ones."""
+        return self.job_queue.jobs()
+
+    def job(self, job_id: str) -> Job:
+        return self.job_queue.job(job_id)
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job (a running one stops at its next page or batch, saving nothing)."""
+        return self.job_queue.cancel(job_id)
+
+    def resume(self, job_id: str | None = None, *, password: str | None = None) -> list[Job]:
+        """Queue again an interrupted job (all of them without ``job_id``), or an encrypted PDF
+        that was refused, with its ``password``."""
+        jobs = self.job_queue.resume(job_id, password=password)
+        if self._worker is not None:
+            self._worker.wake()
+        return jobs
+
+    def clear_finished_jobs(self) -> int:
+        return self.job_queue.clear_finished()
+
+    def ingest_files(
+        self, paths: Iterable[str | Path], *, password: str | None = None
+    ) -> Iterator[events.IngestEvent]:
+        """Index files on disk now, in this thread, as recorded jobs (the CLI): the same job code
+        and events as the background worker."""
+        for path in paths:
+            name, data, refused = pipeline.read_path(path, self.settings)
+            if refused is not None:
+                yield refused
+                continue
+            yield from self.job_queue.run_inline([Upload(name, data)], password=password)
 
     def is_searchable(self, document: dict[str, Any]) -> bool:
         """Indexed by the active embedder, so it takes part in search."""

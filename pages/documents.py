@@ -9,7 +9,7 @@ import streamlit as st
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import (
     index_samples,
-    ingest_one,
+    job_queue,
     needs_password,
     render_results,
     watch,
@@ -17,6 +17,7 @@ from marginalia_app.ingest_view import (
 from marginalia_app.passages import has_pages
 from marginalia_app.samples import samples_in_library
 from marginalia_app.shell import page
+from marginalia_core.errors import NotFoundError
 
 ws = page()
 settings = ws.settings
@@ -41,7 +42,27 @@ def _delete(ids: list[str]) -> None:
 
 def _clear_results() -> None:
     state.pop("upload_results", None)
-    state.pop("locked_files", None)
+    state.pop("upload_batch", None)
+
+
+def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
+    """Outcomes of this session's last upload batch (its ended jobs, in upload order), and the
+    job of each one refused for want of the right password (its card asks for it)."""
+    ids = state.get("upload_batch")
+    if not ids:
+        return None
+    ended, locked = [], {}
+    for job_id in ids:
+        try:
+            job = ws.job(job_id)
+        except NotFoundError:  # cleared meanwhile
+            continue
+        if not job.active:
+            outcome = job.outcome()
+            if needs_password(outcome):
+                locked[len(ended)] = job.id
+            ended.append(outcome)
+    return ended, locked
 
 
 st.title("Documents", anchor=False)
@@ -79,23 +100,26 @@ files = st.file_uploader(
     "never stops the others.",
 )
 if files:
-    results = [ingest_one(ws, f.name, f.getvalue(), f.type) for f in files]
-    state["upload_results"] = results
-    # password-protected files keep their bytes (this session only) for the card's password field
-    state["locked_files"] = {i: (f.getvalue(), f.type) for i, (f, r) in
-                             enumerate(zip(files, results)) if needs_password(r)}
+    # a background job per file: leaving the page or closing the tab never stops them
+    jobs = ws.submit((f.name, f.getvalue(), f.type) for f in files)
+    state["upload_batch"] = [j.id for j in jobs]
+    state.pop("upload_results", None)
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
     st.rerun()
+
+job_queue(ws)
 
 documents = ws.documents()
 
 if state.get("index_samples_docs"):
     state.pop("index_samples_docs")
     state["upload_results"] = index_samples(ws)
-    state.pop("locked_files", None)
     st.rerun()
 
+locked: dict[int, str] = {}
 results = state.get("upload_results")
+if not results and (batch := _batch_outcomes()):
+    results, locked = batch
 if results:
     indexed = sum(r.state == "indexed" for r in results)
     refused = sum(r.state == "refused" for r in results)
@@ -109,7 +133,7 @@ if results:
     head.markdown(f"**Last upload:** {', '.join(summary)}")
     head.button("Clear", key="clear_results", type="tertiary", icon=":material/close:",
                 on_click=_clear_results)
-    render_results(results, ws, state.setdefault("locked_files", {}))
+    render_results(results, ws, locked)
 
 # ---- the library
 st.subheader("Your library", anchor=False)

@@ -92,6 +92,24 @@ def samples() -> list[tuple[str, bytes]]:
             if p.suffix in (".md", ".pdf")]
 
 
+def settle(at: AppTest, db_path, timeout: float = 300) -> AppTest:
+    """Wait for the background worker to finish every queued upload, then rerun the page (a
+    person coming back to it). ``timeout`` bounds the wait; it asserts nothing about speed."""
+    from marginalia_core.config import Settings
+    from marginalia_core.ingest.jobs import JobQueue
+
+    store = Store(db_path)
+    try:
+        queue = JobQueue(store, Settings(db_path=str(db_path)), lambda: None)
+        queue.wait([j.id for j in queue.jobs()], timeout=timeout)
+        assert not queue.active(), "uploads still running"
+    finally:
+        store.close()
+    at.run()
+    assert not at.exception
+    return at
+
+
 def plain(markdown: str) -> str:
     """Escaped markdown back to its text (good enough for assertions)."""
     return re.sub(r"\\(.)", r"\1", markdown)
@@ -249,7 +267,7 @@ def test_answer_failure_is_reported_in_the_chat(gemini_env, gemini_settings):
     ws.close()
 
 
-def test_gemini_mode_is_labelled_and_answers_from_the_fake_server(gemini_env):
+def test_gemini_mode_is_labelled_and_answers_from_the_fake_server(gemini_env, db_path):
     at = start()
     assert any("Gemini mode" in v for v in at.sidebar.markdown.values)
     caption = plain(" ".join(c.value for c in at.sidebar.caption))
@@ -258,6 +276,7 @@ def test_gemini_mode_is_labelled_and_answers_from_the_fake_server(gemini_env):
     at.switch_page(DOCUMENTS).run()
     at.file_uploader[0].set_value([("sourdough.md", GOOD_MD, "text/markdown")]).run()
     assert not at.exception
+    settle(at, db_path)
     assert "indexed" in at.status[0].label
     assert gemini_env.requests_for("embed")
 
@@ -310,6 +329,7 @@ def test_upload_indexes_good_files_and_refuses_bad_ones_with_a_reason(app_env):
         ]
     ).run()
     assert not at.exception
+    settle(at, app_env)
     by_label = {s.label: s for s in at.status}
     good = next(s for label, s in by_label.items() if label.startswith("sourdough\\.md — indexed"))
     bad = next(s for label, s in by_label.items() if label.startswith("scan\\.pdf — refused"))
@@ -324,6 +344,7 @@ def test_upload_indexes_good_files_and_refuses_bad_ones_with_a_reason(app_env):
     # the same bytes again: noted as a duplicate, not indexed twice
     at.file_uploader[0].set_value([("copy.md", GOOD_MD, "text/markdown")]).run()
     assert not at.exception
+    settle(at, app_env)
     assert "already in your library" in at.status[0].label
     assert len(at.dataframe[0].value) == 1
 
@@ -482,3 +503,42 @@ def test_pages_without_documents_say_so(app_env):
     store = Store(app_env)
     assert store.list_documents() == []
     store.close()
+
+
+# --------------------------------------------------------------------------- background jobs
+
+
+def test_running_job_shows_everywhere_with_progress_and_cancels(app_env, workspace):
+    """A job this process runs (claimed here, so the app's worker leaves it alone) appears in
+    every page's sidebar indicator and in the Documents queue, whose Cancel asks it to stop."""
+    [job] = workspace.submit([("long.md", GOOD_MD * 50)])
+    claimed = workspace.job_queue.claim()
+    assert claimed.id == job.id
+    workspace.store.conn.execute(
+        "UPDATE ingest_jobs SET stage = 'embedding', chunks_done = 3, chunks_total = 9, "
+        "pages_done = 1, pages_total = 1 WHERE id = ?", (job.id,))
+    at = start()
+    indicator = " ".join(m.value for m in at.sidebar.markdown)
+    assert "Indexing 1 file" in indicator
+    bars = [p for p in at.sidebar.get("progress")]
+    assert bars and "3 of 9 passages embedded" in bars[0].proto.text
+    at.switch_page(DOCUMENTS).run()
+    assert any(h.value == "Indexing" for h in at.subheader)
+    at.button(key=f"cancel-{job.id}").click().run()
+    assert not at.exception
+    assert workspace.job(job.id).cancel_requested
+    assert at.button(key=f"cancel-{job.id}").disabled
+
+
+def test_interrupted_upload_is_offered_for_resume_and_then_indexed(app_env, workspace):
+    [job] = workspace.submit([("sourdough.md", GOOD_MD)])
+    workspace.store.conn.execute(  # as a process that died mid-way would have left it
+        "UPDATE ingest_jobs SET status = 'running', owner = 'elsewhere:1:gone', "
+        "heartbeat = '2000-01-01T00:00:00+00:00' WHERE id = ?", (job.id,))
+    at = start(DOCUMENTS)
+    assert "interrupted" in " ".join(c.value for c in at.sidebar.caption)
+    assert workspace.job(job.id).status == "interrupted"
+    at.button(key=f"resume-{job.id}").click().run()
+    assert not at.exception
+    settle(at, app_env)
+    assert at.dataframe[0].value["Document"].tolist() == ["sourdough.md"]

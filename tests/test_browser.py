@@ -75,10 +75,9 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def server(chromium_path, tmp_path_factory):
-    """`streamlit run app.py` on a free port, offline, with its own database."""
-    tmp = tmp_path_factory.mktemp("browser")
+def _serve(tmp: Path, **extra_env: str):
+    """`streamlit run app.py` on a free port, offline, with its own database in ``tmp``; yields
+    the URL and stops it afterwards."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL")}
@@ -87,6 +86,7 @@ def server(chromium_path, tmp_path_factory):
         MARGINALIA_EMBEDDER="local",
         MARGINALIA_ANSWERER="extractive",
         HF_HUB_OFFLINE="1",
+        **extra_env,
     )
     log = open(tmp / "streamlit.log", "wb")  # noqa: SIM115 - closed in teardown
     proc = subprocess.Popen(
@@ -124,6 +124,11 @@ def server(chromium_path, tmp_path_factory):
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
+
+
+@pytest.fixture(scope="module")
+def server(chromium_path, tmp_path_factory):
+    yield from _serve(tmp_path_factory.mktemp("browser"))
 
 
 @pytest.fixture(scope="module")
@@ -512,3 +517,102 @@ def test_phone_width_closes_the_sidebar_after_a_choice_and_stacks_the_margin(bro
         assert not external(requests), external(requests)
     finally:
         context.close()
+
+
+# --------------------------------------------------------------------------- background jobs
+
+LONG_PAGES = 160
+LINES_PER_PAGE = 5  # short pages: a long PDF whose passages a busy machine embeds in a minute
+
+
+@pytest.fixture(scope="module")
+def slow_server(chromium_path, tmp_path_factory):
+    """A server whose embedder works one passage per batch (MARGINALIA_EMBED_BATCH=1, a real
+    setting), so a long PDF stays in the queue long enough to walk away from it."""
+    tmp = tmp_path_factory.mktemp("browser-jobs")
+    for url in _serve(tmp, MARGINALIA_EMBED_BATCH="1"):
+        yield url, tmp / "marginalia.db"
+
+
+def _long_pdf_payload(name: str) -> dict:
+    from pdf_maker import book_pages, text_pdf
+
+    # a title page of its own, so two uploads are two documents, not a duplicate
+    data = text_pdf([f"{name}: a long test book."] + book_pages(LONG_PAGES - 1, lines=LINES_PER_PAGE))
+    return {"name": name, "mimeType": "application/pdf", "buffer": data}
+
+
+def _db_counts(db: Path) -> tuple[int, int]:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return (conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0],
+                conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+
+
+def test_long_upload_keeps_running_across_pages_and_tabs_then_is_indexed(browser, slow_server):
+    from playwright.sync_api import expect
+
+    url, db = slow_server
+    context = browser.new_context(viewport=VIEWPORT)
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    pg.goto(url)
+    idle(pg)
+    upload(pg, _long_pdf_payload("long-book.pdf"))
+    queue_item = pg.locator('[class*="st-key-job-"]').filter(has_text="long-book.pdf")
+    expect(queue_item).to_be_visible(timeout=60_000)
+    expect(queue_item.get_by_role("button", name="Cancel")).to_be_visible()
+    expect(queue_item).to_contain_text(re.compile(r"page \d+ of 160|passages embedded"))
+
+    # leave for Chat: the job goes on, and the sidebar says so with its progress
+    go(pg, "Chat")
+    indicator = pg.locator(".st-key-job_indicator")
+    expect(indicator).to_contain_text("Indexing 1 file", timeout=30_000)
+    expect(indicator).to_contain_text(re.compile(r"long-book\.pdf — .*(page|passages)"))
+    # a second tab sees the same job
+    other = context.new_page()
+    other.goto(url)
+    idle(other)
+    expect(other.locator(".st-key-job_indicator")).to_contain_text("long-book.pdf",
+                                                                   timeout=30_000)
+    other.close()
+    # progress moves while nobody watches the Documents page
+    first = indicator.inner_text()
+    expect(indicator).not_to_have_text(first, timeout=30_000)
+
+    # back to Documents: still in the queue (or just finished), then indexed with every page
+    go(pg, "Documents")
+    indexed = pg.get_by_text(re.compile(r"long-book\.pdf — indexed: \d+ passages, 160 pages"))
+    expect(queue_item.or_(indexed).first).to_be_visible()
+    expect(indexed).to_be_visible(timeout=600_000)
+    idle(pg)
+    expect(pg.locator('[data-testid="stDataFrame"]')).to_be_visible(timeout=60_000)
+    documents, chunks = _db_counts(db)
+    assert documents == 1 and chunks > LONG_PAGES * LINES_PER_PAGE // 20
+    expect(pg.locator(".st-key-job_indicator")).to_have_count(0)
+    context.close()
+
+
+def test_cancel_a_running_job_leaves_nothing_half_written(browser, slow_server):
+    from playwright.sync_api import expect
+
+    url, db = slow_server
+    before = _db_counts(db)
+    context = browser.new_context(viewport=VIEWPORT)
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    pg.goto(url)
+    idle(pg)
+    upload(pg, _long_pdf_payload("to-cancel.pdf"))
+    queue_item = pg.locator('[class*="st-key-job-"]').filter(has_text="to-cancel.pdf")
+    expect(queue_item).to_contain_text("passages embedded", timeout=120_000)
+    queue_item.get_by_role("button", name="Cancel").click()
+    expect(pg.get_by_text("to-cancel.pdf — cancelled")).to_be_visible(timeout=120_000)
+    idle(pg)
+    expect(pg.get_by_text("nothing was saved").first).to_be_visible()
+    assert _db_counts(db) == before  # no document, no chunks
+    table = pg.locator('[data-testid="stDataFrame"]')
+    if table.count():
+        expect(table).not_to_contain_text("to-cancel.pdf")
+    context.close()

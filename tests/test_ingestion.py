@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from marginalia_core.config import Settings
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path, safe_name
 from marginalia_core.providers.embeddings.gemini import GeminiEmbedder
@@ -128,3 +130,45 @@ def test_reindex_with_new_chunk_settings_replaces_in_place(workspace):
     chunks = workspace.store.document_chunks(doc["id"])
     assert len(chunks) == new["chunk_count"] and max(len(c["content"]) for c in chunks) <= 400
     assert len(workspace.store.list_documents()) == 1
+
+
+@pytest.mark.slow
+def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
+    """Chunks that settle while a PDF is read are embedded early, on another thread; the stored
+    document is the same as chunking and embedding the whole text afterwards."""
+    import numpy as np
+    from pdf_maker import long_pdf
+
+    from marginalia_core.ingest.chunking import chunk_text
+    from marginalia_core.ingest.extraction import extract
+    from marginalia_core.ingest.pipeline import _EarlyEmbeddings
+
+    data = long_pdf(12)
+    s = workspace.settings
+    early = _EarlyEmbeddings(workspace.embedder, s.chunk_target, s.chunk_overlap)
+    extracted = extract("book.pdf", data, on_page=lambda _d, _t, text: early.add_page(text))
+    waiting = early.finish("book.pdf", total=10_000)
+    progress = []
+    while True:
+        try:
+            progress.append(next(waiting))
+        except StopIteration as end:
+            vectors = end.value
+            break
+    assert all(e["stage"] == "embedding" for e in progress)
+    chunks = chunk_text(extracted.text, target=s.chunk_target, overlap=s.chunk_overlap,
+                        page_starts=extracted.page_starts)
+    reused = [c for c in chunks if c.text in vectors]
+    assert len(reused) >= len(chunks) // 3  # embedded while pages were still being read
+    assert set(vectors) <= {c.text for c in chunks}  # nothing embedded that is not stored
+
+    events = run(ingest_bytes(workspace.store, workspace.embedder, s, "book.pdf", data))
+    assert events[-1]["type"] == "done"
+    stored = workspace.store.document_chunks(events[-1]["document"]["id"])
+    assert [c["content"] for c in stored] == [c.text for c in chunks]
+    fresh = workspace.embedder.embed_documents([c.text for c in chunks])
+    rows = workspace.store.conn.execute(
+        "SELECT embedding FROM chunks WHERE document_id = ? ORDER BY idx",
+        (events[-1]["document"]["id"],)).fetchall()
+    got = np.stack([np.frombuffer(r[0], dtype="<f4") for r in rows])
+    assert np.allclose(got, fresh, atol=1e-4)

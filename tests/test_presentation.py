@@ -218,3 +218,28 @@ def test_stage_progress_moves_forward():
     shares = [fmt.stage_progress(e)[0] for e in events]
     assert shares == sorted(shares) and shares[0] > 0 and shares[-1] < 1
     assert fmt.stage_progress(events[3])[1] == "Embedding passages 0/4"
+
+
+def test_job_progress_line_says_file_pages_passages_and_time():
+    from datetime import UTC, datetime, timedelta
+
+    from marginalia_app.presentation import format_duration, job_progress
+    from marginalia_core.ingest.jobs import Job
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    job = Job(id="j", batch_id="b", position=3, batch_size=7, name="book.pdf", mime=None,
+              size=1, status="running", stage="embedding", pages_done=352, pages_total=352,
+              chunks_done=340, chunks_total=687, reason=None, message="", document_id=None,
+              duplicate=False, cancel_requested=False, owner=None, heartbeat=None,
+              created=start.isoformat(), started=start.isoformat(), finished=None)
+    share, line = job_progress(job, start + timedelta(seconds=72))
+    assert 0 < share < 1
+    assert line.startswith("file 3 of 7 · page 352 of 352 · 340 of 687 passages embedded")
+    assert "1 min 12 s elapsed" in line and "left" in line
+    queued = Job(**{**job.__dict__, "status": "queued", "position": 4})
+    assert job_progress(queued) == (0.0, "file 4 of 7 · waiting")
+    cancelling = Job(**{**job.__dict__, "cancel_requested": True})
+    assert "cancelling" in job_progress(cancelling, start)[1]
+    assert "left" not in job_progress(cancelling, start + timedelta(seconds=5))[1]
+    assert [format_duration(s) for s in (None, 4.4, 65, 3725)] == [
+        "", "4 s", "1 min 05 s", "1 h 02 min"]

@@ -16,6 +16,7 @@ import codecs
 import io
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pypdf import PasswordType, PdfReader
@@ -162,6 +163,9 @@ _MANY_NEWLINES = re.compile(r"\n{3,}")
 _HYPHEN_BREAK = re.compile(r"([^\W\d_]+(?:-[^\W\d_]+)*)-\n([^\W\d_])")
 
 
+PageProgress = Callable[[int, int, str], None]  # (pages done, page count, that page's text)
+
+
 @dataclass(frozen=True)
 class Extracted:
     """``page_starts[i]`` is the offset in ``text`` where page ``i + 1`` begins. An empty page
@@ -246,11 +250,15 @@ def extract(
     max_bytes: int | None = None,
     ocr: bool = True,
     ocr_progress: ocr_engine.Progress | None = None,
+    on_page: PageProgress | None = None,
 ) -> Extracted:
     """Extract ``data`` (the bytes of file ``name``) or raise an ExtractionError.
 
     Checks run cheapest first, so a huge or unsupported file is refused before any parsing.
     ``mime`` is only a hint for names without an extension (browsers report it unreliably).
+    ``on_page(done, total, page_text)`` is called after each PDF page is read, with its text
+    before the cross-page cleanup; it may raise to stop extraction there (a cancelled ingestion
+    job). Ingestion embeds that text early and reuses the vectors where the final text agrees.
     A ``.txt``/``.md`` whose bytes are a PDF is refused as mislabelled, not parsed as a PDF.
     PDF pages without a text layer are OCR'd when ``ocr`` is on and the engine is installed;
     ``ocr_progress(done, total)`` is called after each such page.
@@ -278,7 +286,8 @@ def extract(
             raise MislabelledFileError(
                 f"{name} is named .pdf but is not a PDF (it looks like {what})."
             )
-        return _extract_pdf(name, data, password, ocr=ocr, ocr_progress=ocr_progress)
+        return _extract_pdf(name, data, password, on_page=on_page, ocr=ocr,
+                            ocr_progress=ocr_progress)
     if actual == PDF_MIME:
         raise MislabelledFileError(
             f"{name} is named {_extension(name) or 'as text'} but is a PDF; rename it to .pdf "
@@ -468,6 +477,7 @@ def _extract_pdf(
     data: bytes,
     password: str | None,
     *,
+    on_page: PageProgress | None = None,
     ocr: bool = True,
     ocr_progress: ocr_engine.Progress | None = None,
 ) -> Extracted:
@@ -496,6 +506,8 @@ def _extract_pdf(
             first_error = first_error or err
             raw = ""
         page_texts.append(normalize_pdf_text(raw))
+        if on_page is not None:  # progress, a cancel point, and text to embed early
+            on_page(number + 1, page_count, page_texts[-1])
     if len(skipped) == page_count:
         raise _corrupt(name, _plain_detail(first_error) if first_error else "")
 

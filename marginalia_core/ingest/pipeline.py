@@ -36,18 +36,113 @@ class _Abandoned(Exception):
     """Raised inside the embedding worker once nobody is waiting for its result."""
 
 
+# While a PDF is read, its text so far is re-chunked every this many new characters and the
+# chunks that can no longer change are embedded on another thread: reading (Python, holds the
+# GIL) and embedding (ONNX / HTTP, releases it) overlap.
+EARLY_EMBED_EVERY_CHARS = 16_000
+# a chunk is settled once the text runs this many targets past its start (the chunker only
+# looks one window ahead)
+SETTLED_TARGETS = 2
+
+
+class _EarlyEmbeddings:
+    """Embeds the settled chunks of a growing text on a background thread, keyed by chunk text.
+
+    The final pass chunks the whole text as always and takes the vectors whose chunk text it
+    finds here, so the stored result is the same as without overlap; a chunk that came out
+    differently (text cleaned after reading) is simply embedded again then.
+    """
+
+    def __init__(self, embedder: Embedder, target: int, overlap: int):
+        self.embedder = embedder
+        self.target = target
+        self.overlap = overlap
+        self.parts: list[str] = []
+        self.pending = 0
+        self.sent: set[str] = set()
+        self.vectors: dict[str, np.ndarray] = {}
+        self.batches: queue.Queue = queue.Queue()
+        self.progress: queue.Queue = queue.Queue()  # passages embedded, after each batch
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._work, name="marginalia-early-embed",
+                                       daemon=True)
+        self.thread.start()
+
+    def add_page(self, text: str) -> None:
+        """On the reading thread, after each page (the same joining as extraction)."""
+        if not text:
+            return
+        if self.parts:
+            self.parts.append("\n\n")
+        self.parts.append(text)
+        self.pending += len(text)
+        if self.pending >= EARLY_EMBED_EVERY_CHARS and not self.stop.is_set():
+            self.pending = 0
+            full = "".join(self.parts)
+            horizon = len(full) - SETTLED_TARGETS * self.target
+            batch = [c.text for c in chunk_text(full, target=self.target, overlap=self.overlap)
+                     if c.start < horizon and c.text not in self.sent]
+            if batch:
+                self.sent.update(batch)
+                self.batches.put(batch)
+
+    def _work(self) -> None:
+        while (batch := self.batches.get()) is not None:
+            if self.stop.is_set():
+                continue
+            try:
+                vectors = self.embedder.embed_documents(batch)
+            except Exception:  # the final pass embeds these again and reports any failure
+                log.debug("early embedding failed; the final pass will retry", exc_info=True)
+                self.stop.set()
+                continue
+            self.vectors.update(zip(batch, vectors, strict=True))
+            self.progress.put(len(self.vectors))
+        self.progress.put(None)
+
+    def finish(
+        self, file: str, total: int, checkpoint: Checkpoint | None = None
+    ) -> Generator[dict[str, Any], None, dict[str, np.ndarray]]:
+        """Wait for the batches already handed over, yielding ``embedding`` progress (of the
+        ``total`` passages the document has); returns the vectors by chunk text."""
+        self.batches.put(None)
+        try:
+            while (done := self.progress.get()) is not None:
+                yield events.stage("embedding", file, done=min(done, total), total=total)
+                if checkpoint is not None:
+                    checkpoint()
+        except BaseException:
+            self.stop.set()
+            self.thread.join()
+            raise
+        self.thread.join()
+        return self.vectors
+
+    def abandon(self) -> None:
+        """Stop after the batch in hand and wait for the thread (harmless once finished)."""
+        self.stop.set()
+        self.batches.put(None)
+        self.thread.join()
+
+
 def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+Checkpoint = Callable[[], None]
+"""Called at every page and embedding-batch boundary; raises (CancelledError, ...) to stop the
+ingestion there. Nothing is written before the final transaction, so stopping is always clean."""
+
+
 def _embed_with_progress(
-    embedder: Embedder, texts: list[str], file: str
+    embedder: Embedder, texts: list[str], file: str, checkpoint: Checkpoint | None = None
 ) -> Iterator[dict[str, Any] | np.ndarray]:
     """Run the embedder in a worker thread, yielding progress events, then the matrix.
 
     If the consumer stops early (a closed generator: the user left the page, the CLI was
     interrupted), the worker is told to stop at its next progress report instead of spending
-    CPU or API quota on vectors nobody will store.
+    CPU or API quota on vectors nobody will store. A ``checkpoint`` that raises after a batch
+    stops the worker the same way, waits for it, and passes the exception on.
     """
     updates: queue.Queue = queue.Queue()
     result: dict[str, Any] = {}
@@ -70,63 +165,26 @@ def _embed_with_progress(
     worker.start()
     try:
         yield events.stage("embedding", file, done=0, total=len(texts))
+        if checkpoint is not None:
+            checkpoint()
         while True:
             item = updates.get()
             if item is None:
                 break
             done, total = item
             yield events.stage("embedding", file, done=done, total=total)
+            if checkpoint is not None:
+                checkpoint()
+    except MarginaliaError:
+        stop.set()
+        worker.join()
+        raise
     finally:
         stop.set()
     worker.join()
     if "error" in result:
         raise result["error"]
     yield result["vectors"]
-
-
-# ---- OCR hook (issue 12): extraction runs in a worker so OCR pages can report progress
-
-
-def _extract_with_ocr_progress(
-    name: str, data: bytes, mime: str | None, password: str | None, settings: Settings
-) -> Generator[dict[str, Any], None, Extracted]:
-    """``extract`` in a worker thread, yielding an ``ocr`` stage event (done/total pages) per
-    page read by OCR; returns the Extracted. A consumer that stops early stops the OCR at its
-    next page."""
-    updates: queue.Queue = queue.Queue()
-    result: dict[str, Any] = {}
-    stop = threading.Event()
-
-    def progress(done: int, total: int) -> None:
-        if stop.is_set():
-            raise _Abandoned
-        updates.put((done, total))
-
-    def work() -> None:
-        try:
-            result["extracted"] = extract(
-                name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
-                ocr=settings.ocr, ocr_progress=progress,
-            )
-        except BaseException as exc:  # surfaced in the consuming thread
-            result["error"] = exc
-        finally:
-            updates.put(None)
-
-    worker = threading.Thread(target=work, name="marginalia-extract", daemon=True)
-    worker.start()
-    try:
-        while (item := updates.get()) is not None:
-            yield events.stage("ocr", name, done=item[0], total=item[1])
-    finally:
-        stop.set()
-    worker.join()
-    if "error" in result:
-        raise result["error"]
-    return result["extracted"]
-
-
-# ---- end of the OCR hook
 
 
 def _index_text(
@@ -138,21 +196,44 @@ def _index_text(
     page_starts: list[int],
     target: int,
     overlap: int,
+    checkpoint: Checkpoint | None = None,
+    early: _EarlyEmbeddings | None = None,
     **document: Any,
 ) -> Generator[dict[str, Any], None, dict[str, Any]]:
     """chunk -> embed -> store, yielding stage events; returns the stored document row.
 
-    ``document`` carries the remaining ``Store.add_document`` fields (mime, size, hash, ...).
+    ``early`` is embedding chunks of the text while it was read: it is waited for, and only
+    the chunks it did not embed are embedded here. ``document`` carries the remaining
+    ``Store.add_document`` fields (mime, size, hash, ...).
     """
     yield events.stage("chunking", name, characters=len(text))
     chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
     yield events.stage("chunking", name, chunks=len(chunks))
-    vectors = None
-    for item in _embed_with_progress(embedder, [c.text for c in chunks], name):
-        if isinstance(item, np.ndarray):
-            vectors = item
-        else:
-            yield item
+    if checkpoint is not None:
+        checkpoint()
+    embedded: dict[str, np.ndarray] = {}
+    if early is not None:
+        embedded = yield from early.finish(name, len(chunks), checkpoint)
+    missing = [i for i, c in enumerate(chunks) if c.text not in embedded]
+    ready = len(chunks) - len(missing)
+    fresh = np.zeros((0, embedder.dimension), dtype=np.float32)
+    if missing:
+        for item in _embed_with_progress(embedder, [chunks[i].text for i in missing], name,
+                                         checkpoint):
+            if isinstance(item, np.ndarray):
+                fresh = item
+            else:
+                yield {**item, "done": ready + item["done"], "total": len(chunks)}
+    else:
+        yield events.stage("embedding", name, done=len(chunks), total=len(chunks))
+    vectors = np.zeros((len(chunks), embedder.dimension), dtype=np.float32)
+    for i, c in enumerate(chunks):
+        if c.text in embedded:
+            vectors[i] = embedded[c.text]
+    if missing:
+        vectors[missing] = fresh
+    if checkpoint is not None:
+        checkpoint()  # the last chance to stop: the transaction below is all or nothing
     yield events.stage("storing", name, chunks=len(chunks))
     return store.add_document(
         name=name,
@@ -177,11 +258,18 @@ def ingest_bytes(
     *,
     mime: str | None = None,
     password: str | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Index one file's bytes; yields ``stage`` events then ``done`` or ``error``."""
+    """Index one file's bytes; yields ``stage`` events then ``done`` or ``error``.
+
+    A PDF reports ``extracting`` with ``done``/``total`` pages as it is read. ``checkpoint`` (see
+    :data:`Checkpoint`) lets a job be cancelled between pages and between embedding batches.
+    """
     name = safe_name(name)
     try:
         yield events.stage("extracting", name)
+        if checkpoint is not None:
+            checkpoint()
         if len(data) > settings.max_upload_bytes:
             raise TooLargeError(too_large_message(name, settings))
         digest = content_hash(data)
@@ -196,23 +284,35 @@ def ingest_bytes(
                                   message=f"{name} is already indexed as {existing['name']}.")
                 return
             replace_id = existing["id"]  # indexed by another embedder: re-index in place
-        extracted = yield from _extract_with_ocr_progress(name, data, mime, password, settings)
-        doc = yield from _index_text(
-            store,
-            embedder,
-            name=name,
-            text=extracted.text,
-            page_starts=extracted.page_starts,
-            target=settings.chunk_target,
-            overlap=settings.chunk_overlap,
-            mime=extracted.mime,
-            size=len(data),
-            content_hash=digest,
-            page_count=extracted.page_count,
-            replace_id=replace_id,
-            original=data if extracted.mime in KEEP_ORIGINAL_MIMES else None,
-            ocr_pages=extracted.ocr_pages,
-        )
+        early = (_EarlyEmbeddings(embedder, settings.chunk_target, settings.chunk_overlap)
+                 if settings.embed_while_reading else None)
+        try:
+            extracted = yield from _extract_with_progress(
+                name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
+                checkpoint=checkpoint, on_text=early.add_page if early else None,
+                ocr=settings.ocr,
+            )
+            doc = yield from _index_text(
+                store,
+                embedder,
+                name=name,
+                text=extracted.text,
+                page_starts=extracted.page_starts,
+                target=settings.chunk_target,
+                overlap=settings.chunk_overlap,
+                mime=extracted.mime,
+                size=len(data),
+                content_hash=digest,
+                page_count=extracted.page_count,
+                replace_id=replace_id,
+                original=data if extracted.mime in KEEP_ORIGINAL_MIMES else None,
+                ocr_pages=extracted.ocr_pages,
+                checkpoint=checkpoint,
+                early=early,
+            )
+        finally:
+            if early is not None:  # a refusal, a cancel or a closed stream: stop its thread
+                early.abandon()
         yield events.done(document=doc, duplicate=False, file=name)
     except MarginaliaError as exc:
         yield events.error(exc.message, exc.reason, file=name)
@@ -225,6 +325,86 @@ def ingest_bytes(
         )
 
 
+def _extract_with_progress(
+    name: str,
+    data: bytes,
+    *,
+    checkpoint: Checkpoint | None = None,
+    on_text: Callable[[str], None] | None = None,
+    **options: Any,
+) -> Generator[dict[str, Any], None, Extracted]:
+    """``extract`` in a worker thread, yielding an ``extracting`` event per PDF page read and an
+    ``ocr`` event per page recognised by OCR; the checkpoint runs on the reading thread after
+    each page, so a cancel stops it there."""
+    updates: queue.Queue = queue.Queue()
+    result: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def on_page(done: int, total: int, text: str) -> None:
+        if stop.is_set():  # nobody is reading the events any more
+            raise _Abandoned
+        if checkpoint is not None:
+            checkpoint()
+        if on_text is not None:
+            on_text(text)
+        updates.put(("extracting", done, total))
+
+    def on_ocr_page(done: int, total: int) -> None:
+        if stop.is_set():
+            raise _Abandoned
+        if checkpoint is not None:
+            checkpoint()
+        updates.put(("ocr", done, total))
+
+    def work() -> None:
+        try:
+            result["extracted"] = extract(name, data, on_page=on_page, ocr_progress=on_ocr_page,
+                                          **options)
+        except BaseException as exc:  # surfaced in the consuming thread
+            result["error"] = exc
+        finally:
+            updates.put(None)
+
+    worker = threading.Thread(target=work, name="marginalia-extract", daemon=True)
+    worker.start()
+    try:
+        while (item := updates.get()) is not None:
+            stage, done, total = item
+            yield events.stage(stage, name, done=done, total=total)
+    finally:
+        stop.set()
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    return result["extracted"]
+
+
+def read_path(
+    path: str | Path, settings: Settings
+) -> tuple[str, bytes | None, events.ErrorEvent | None]:
+    """(display name, bytes, None), or (name, None, error event) for a file that cannot be read
+    or is over the limit (refused before it is read)."""
+    path = Path(path)
+    name = safe_name(path.name)
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise MarginaliaError(f"{name} is not a regular file.")
+    except OSError as exc:
+        return name, None, events.error(f"Cannot read {name}: {exc.strerror or exc}.",
+                                        "unreadable", file=name)
+    except MarginaliaError as exc:
+        return name, None, events.error(exc.message, "unreadable", file=name)
+    if size > settings.max_upload_bytes:
+        return name, None, events.error(too_large_message(name, settings), TooLargeError.reason,
+                                        file=name)
+    try:
+        return name, path.read_bytes(), None
+    except OSError as exc:
+        return name, None, events.error(f"Cannot read {name}: {exc.strerror or exc}.",
+                                        "unreadable", file=name)
+
+
 def ingest_path(
     store: Store,
     embedder: Embedder,
@@ -234,25 +414,9 @@ def ingest_path(
     password: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Index a file on disk, refusing an oversize one before reading it."""
-    path = Path(path)
-    name = safe_name(path.name)
-    try:
-        size = path.stat().st_size
-        if not path.is_file():
-            raise MarginaliaError(f"{name} is not a regular file.")
-    except OSError as exc:
-        yield events.error(f"Cannot read {name}: {exc.strerror or exc}.", "unreadable", file=name)
-        return
-    except MarginaliaError as exc:
-        yield events.error(exc.message, "unreadable", file=name)
-        return
-    if size > settings.max_upload_bytes:
-        yield events.error(too_large_message(name, settings), TooLargeError.reason, file=name)
-        return
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        yield events.error(f"Cannot read {name}: {exc.strerror or exc}.", "unreadable", file=name)
+    name, data, refused = read_path(path, settings)
+    if refused is not None:
+        yield refused
         return
     yield from ingest_bytes(store, embedder, settings, name, data, password=password)
 

@@ -234,6 +234,46 @@ def m008_document_ocr_pages(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m009_ingest_jobs(conn: sqlite3.Connection) -> None:
+    """Ingestion jobs: an upload waits here (with its bytes, so a restart can resume it) until a
+    worker claims it, and keeps its progress and outcome after. The bytes are dropped when the
+    job ends; passwords are never stored. ``document_id`` is not a foreign key: the job's record
+    outlives a later delete of its document."""
+    _run(
+        conn,
+        """CREATE TABLE ingest_jobs (
+            id TEXT PRIMARY KEY,
+            batch_id TEXT NOT NULL,
+            position INTEGER NOT NULL DEFAULT 1,
+            batch_size INTEGER NOT NULL DEFAULT 1,
+            name TEXT NOT NULL,
+            mime TEXT,
+            size INTEGER NOT NULL,
+            data BLOB,
+            status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done', 'refused',
+                'cancelled', 'failed', 'interrupted')),
+            stage TEXT NOT NULL DEFAULT '',
+            pages_done INTEGER NOT NULL DEFAULT 0,
+            pages_total INTEGER NOT NULL DEFAULT 0,
+            chunks_done INTEGER NOT NULL DEFAULT 0,
+            chunks_total INTEGER NOT NULL DEFAULT 0,
+            reason TEXT,
+            message TEXT NOT NULL DEFAULT '',
+            document_id TEXT,
+            duplicate INTEGER NOT NULL DEFAULT 0,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            owner TEXT,
+            heartbeat TEXT,
+            created TEXT NOT NULL,
+            started TEXT,
+            finished TEXT
+        )""",
+        "CREATE INDEX ingest_jobs_status ON ingest_jobs(status, created, position)",
+        "CREATE INDEX ingest_jobs_created ON ingest_jobs(created)",
+    )
+
+
+@migration
 def m010_library_settings(conn: sqlite3.Connection) -> None:
     """Retrieval settings applied to the library from the Inspector's lab (mode, threshold,
     passages returned, keyword weight, passage size): one JSON value per key. Chat reads them

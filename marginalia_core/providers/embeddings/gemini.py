@@ -64,6 +64,8 @@ class GeminiEmbedder(EmbedderBase):
         self.retry = retry or RetryPolicy()
         limit = concurrency if concurrency is not None else settings.gemini_concurrency
         self.concurrency = max(1, int(limit or DEFAULT_CONCURRENCY))
+        if batch_size is None:
+            batch_size = getattr(settings, "embed_batch", None)
         if batch_size is not None:
             self.batch_size = max(1, min(MAX_BATCH, int(batch_size)))
 

@@ -82,6 +82,9 @@ class LocalEmbedder(EmbedderBase):
 
     def __init__(self, settings: object | None = None) -> None:
         self._session, self._tokenizer = _load()
+        batch = getattr(settings, "embed_batch", None)
+        if batch:
+            self.batch_size = max(1, int(batch))
 
     def embed_batch(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
         encodings = self._tokenizer.encode_batch([t or " " for t in texts])

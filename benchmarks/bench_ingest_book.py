@@ -1,0 +1,209 @@
+"""Book-sized ingestion: pages/s for a 352-page book with reading and embedding overlapped
+against the sequential pipeline (MARGINALIA_EMBED_WHILE_READING off) in the same run,
+alternating; the local embedder's batch size; and peak RSS on a 1,000-page PDF.
+
+    python benchmarks/bench_ingest_book.py            # full
+    python benchmarks/bench_ingest_book.py --quick    # 60 pages, 200-page RSS (smoke)
+
+The book is written once to benchmarks/.cache with tests/pdf_maker.py from SQuAD article text
+(every page different, ~2,400 characters: the 352-page / 687-passage class of the issue),
+because ../shared/eval/pdfs holds no book that long. Peak RSS is measured in a child process
+per size (``resource.getrusage(RUSAGE_CHILDREN)``), with the model loaded and nothing indexed
+as the baseline of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as C
+from pdf_maker import text_pdf
+
+from marginalia_core.config import Settings
+from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.store.sqlite import Store
+
+PAGE_CHARS = 2400
+LINE_CHARS = 95
+BATCH_SIZES = (4, 8, 16, 32)
+
+
+def book(pages: int) -> bytes:
+    """``pages`` pages of SQuAD article text (the same text for the same count), cached."""
+    out = C.CACHE / "books" / f"squad-book-{pages}.pdf"
+    if out.exists():
+        return out.read_bytes()
+    articles, _ = C.load_squad()
+    text = "\n\n".join(a["text"] for a in sorted(articles.values(), key=lambda a: a["_id"]))
+    while len(text) < pages * PAGE_CHARS:
+        text += "\n\n" + text
+    page_texts = []
+    for n in range(pages):
+        chunk = text[n * PAGE_CHARS:(n + 1) * PAGE_CHARS]
+        page_texts.append("\n".join(textwrap.wrap(chunk, LINE_CHARS)))
+    data = text_pdf(page_texts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    return data
+
+
+def ingest_once(data: bytes, emb: Any, tmp: Path, *, overlap: bool, tag: str) -> dict[str, Any]:
+    db = tmp / f"{tag}.db"
+    settings = Settings(db_path=str(db), embedder="local", answerer="extractive",
+                        embed_while_reading=overlap, max_upload_mb=500)
+    store = Store(db)
+    t0 = time.perf_counter()
+    last: dict[str, Any] = {}
+    read_done = None
+    for event in ingest_bytes(store, emb, settings, "book.pdf", data):
+        if event.get("stage") == "chunking" and read_done is None:
+            read_done = time.perf_counter() - t0
+        last = event
+    seconds = time.perf_counter() - t0
+    store.close()
+    if last.get("type") != "done":
+        raise RuntimeError(f"ingest failed: {last}")
+    doc = last["document"]
+    return {"seconds": round(seconds, 2), "reading_s": round(read_done or 0, 2),
+            "pages": doc["page_count"], "passages": doc["chunk_count"],
+            "pages_per_s": round(doc["page_count"] / seconds, 2)}
+
+
+def bench_book(pages: int, reps: int, emb: Any, tmp: Path) -> dict[str, Any]:
+    data = book(pages)
+    runs: dict[str, list[dict[str, Any]]] = {"sequential": [], "overlapped": []}
+    load = [round(os.getloadavg()[0], 2)]
+    for rep in range(reps):  # alternate, so a load swing hits both
+        for mode in ("sequential", "overlapped"):
+            runs[mode].append(ingest_once(data, emb, tmp, overlap=mode == "overlapped",
+                                          tag=f"{mode}-{rep}"))
+            C.log(f"[book] {mode} {runs[mode][-1]}")
+    load.append(round(os.getloadavg()[0], 2))
+
+    def median(mode: str, key: str) -> float:
+        values = sorted(r[key] for r in runs[mode])
+        return values[len(values) // 2]
+
+    before, after = median("sequential", "pages_per_s"), median("overlapped", "pages_per_s")
+    return {"pages": pages, "passages": runs["overlapped"][0]["passages"], "reps": reps,
+            "loadavg_1min_before_after": load, "runs": runs,
+            "pages_per_s": {"sequential": before, "overlapped": after},
+            "speedup": round(after / before, 3)}
+
+
+def bench_batch(emb: Any, count: int) -> dict[str, Any]:
+    from bench_ingest import squad_passages
+
+    passages = squad_passages(count, size=1300)
+    emb.embed_documents(passages[:8])
+    out: dict[str, Any] = {"passages": len(passages), "mean_chars": round(
+        sum(map(len, passages)) / len(passages)), "passages_per_s": {}}
+    original = emb.batch_size
+    try:
+        for size in BATCH_SIZES * 2:  # two alternating rounds; the better of the two
+            emb.batch_size = size
+            t0 = time.perf_counter()
+            emb.embed_documents(passages)
+            rate = round(len(passages) / (time.perf_counter() - t0), 2)
+            out["passages_per_s"][str(size)] = max(rate, out["passages_per_s"].get(str(size), 0))
+    finally:
+        emb.batch_size = original
+    out["project_batch_size"] = original
+    return out
+
+
+RSS_CHILD = """
+import resource, sys, json
+from pathlib import Path
+from marginalia_core.config import Settings
+from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.providers.embeddings.local import LocalEmbedder
+from marginalia_core.store.sqlite import Store
+pdf, db, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+emb = LocalEmbedder()
+emb.embed_documents(["warm up"] * 8)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = {"model_loaded_kb": base}
+if mode == "ingest":
+    data = Path(pdf).read_bytes()
+    settings = Settings(db_path=db, embedder="local", max_upload_mb=500)
+    store = Store(db)
+    last = list(ingest_bytes(store, emb, settings, "big.pdf", data))[-1]
+    out["chunks"] = last.get("document", {}).get("chunk_count")
+    out["pdf_mb"] = round(len(data) / 2**20, 2)
+out["peak_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps(out))
+"""
+
+
+def peak_rss(pages_list: list[int], tmp: Path) -> dict[str, Any]:
+    """Peak RSS of a child that loads the model and ingests a PDF of each size (page text of
+    ~600 characters, so 1,000 pages stay a few minutes), next to a child that only loads."""
+    results: dict[str, Any] = {}
+    for label, pages in [("model_only", 0), *[(f"{p}_pages", p) for p in pages_list]]:
+        pdf = tmp / f"rss-{pages}.pdf"
+        if pages:
+            short = [p[:600] for p in C_book_pages(pages)]
+            pdf.write_bytes(text_pdf(short))
+        proc = subprocess.run(
+            [sys.executable, "-c", RSS_CHILD, str(pdf), str(tmp / f"rss-{pages}.db"),
+             "ingest" if pages else "load"],
+            capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            cwd=C.REPO, check=True,
+        )
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        row["peak_mb"] = round(row["peak_kb"] / 1024, 1)
+        results[label] = row
+        C.log(f"[rss] {label}: {row}")
+    return results
+
+
+def C_book_pages(pages: int) -> list[str]:
+    from pdf_maker import book_pages
+
+    return book_pages(pages, lines=8)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip", default="", help="comma-separated: book,batch,rss")
+    ap.add_argument("--reps", type=int, default=2, help="alternating runs of each book mode")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    run = "quick" if args.quick else ("custom" if skip else "full")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-book-"))
+    from marginalia_core.providers.embeddings.local import LocalEmbedder
+
+    emb = LocalEmbedder()
+    res: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    if "batch" not in skip:
+        res["batch_size"] = bench_batch(emb, 48 if args.quick else 96)
+        C.log(f"[batch] {res['batch_size']['passages_per_s']}")
+    if "book" not in skip:
+        res["book"] = bench_book(60 if args.quick else 352, 1 if args.quick else args.reps, emb,
+                                 tmp)
+        C.log(f"[book] {res['book']['pages_per_s']} speedup {res['book']['speedup']}")
+    if "rss" not in skip:
+        res["peak_rss"] = peak_rss([100, 200] if args.quick else [100, 1000], tmp)
+    res["children_maxrss_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    res["seconds_total"] = round(time.perf_counter() - t0, 1)
+    res["command"] = "python benchmarks/" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    path = C.write_result("ingest_book", run, res)
+    print(json.dumps({"written": str(path.relative_to(C.REPO)), "run": run}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,624 @@
+"""Background ingestion jobs: an upload becomes a row in ``ingest_jobs`` (with its bytes) and a
+worker thread in the app's process runs it, so leaving the page, closing the tab or opening a
+second one never stops or hides it.
+
+Statuses: ``queued`` -> ``running`` -> ``done`` | ``refused`` | ``cancelled`` | ``failed``; a
+job whose process died (or shut down) mid-way is ``interrupted`` and keeps its bytes until a
+person resumes or discards it. Several processes may share one database: a job is claimed with
+``UPDATE ... WHERE status = 'queued'`` inside ``BEGIN IMMEDIATE``, so only one of them runs it.
+The document itself is still written in one transaction at the very end of the pipeline, so a
+cancel, a crash or a kill never leaves half a document. Passwords live in this process's memory
+only, never in the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from marginalia_core import events
+from marginalia_core.config import Settings
+from marginalia_core.errors import CancelledError, JobInterruptedError, NotFoundError
+from marginalia_core.ingest.pipeline import (
+    IngestOutcome,
+    ingest_bytes,
+    safe_name,
+    too_large_message,
+)
+from marginalia_core.providers.embeddings.base import Embedder
+from marginalia_core.store.sqlite import Store, new_id, now_iso
+
+log = logging.getLogger(__name__)
+
+ACTIVE = ("queued", "running")
+ENDED = ("done", "refused", "cancelled", "failed")
+# refusals that are not the file's fault: the job "failed" and may simply be tried again
+FAILURE_REASONS = frozenset({"internal", "embedding", "auth"})
+# refusals a person can fix by giving a password; the upload is kept for that retry
+PASSWORD_REASONS = frozenset({"encrypted", "wrong_password"})
+# the idle worker looks for jobs queued by other processes (and dead peers) this often
+POLL_SECONDS = 1.0
+# progress is written at most this often (and on every stage change): cheap, and fresh enough
+PROGRESS_EVERY_S = 0.5
+# a running job whose owner cannot be checked (another host) and whose heartbeat is older
+# than this is taken to be orphaned
+STALE_AFTER_S = 300.0
+# share of a PDF job's time spent reading pages (the rest embeds passages), for the estimate;
+# measured on the 352-page book (benchmarks/bench_ingest.py)
+EXTRACT_SHARE = 0.25
+# an estimate needs this much of the work done to be worth showing
+MIN_FRACTION_FOR_ETA = 0.03
+RECENT_JOBS = 20
+
+HOST = socket.gethostname()
+# one token per process: every queue in this process shares it, so "same pid, other token"
+# means a previous process that had this pid
+PROCESS_TOKEN = uuid.uuid4().hex[:12]
+
+
+def process_owner() -> str:
+    return f"{HOST}:{os.getpid()}:{PROCESS_TOKEN}"
+
+
+def _parse(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ingestion job as stored (never its bytes): progress, outcome and timing."""
+
+    id: str
+    batch_id: str
+    position: int
+    batch_size: int
+    name: str
+    mime: str | None
+    size: int
+    status: str
+    stage: str
+    pages_done: int
+    pages_total: int
+    chunks_done: int
+    chunks_total: int
+    reason: str | None
+    message: str
+    document_id: str | None
+    duplicate: bool
+    cancel_requested: bool
+    owner: str | None
+    heartbeat: str | None
+    created: str
+    started: str | None
+    finished: str | None
+    has_data: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def resumable(self) -> bool:
+        """Interrupted with its upload kept: a person can run it again."""
+        return self.status == "interrupted" and self.has_data
+
+    @property
+    def needs_password(self) -> bool:
+        return self.status == "refused" and self.reason in PASSWORD_REASONS and self.has_data
+
+    @property
+    def fraction(self) -> float:
+        """How much of the work is done, 0..1 (pages read, then passages embedded)."""
+        if self.status in ENDED:
+            return 1.0
+        if self.status != "running":
+            return 0.0
+        read = self.pages_done / self.pages_total if self.pages_total else 0.0
+        if self.stage in ("extracting", ""):
+            return EXTRACT_SHARE * read
+        embedded = self.chunks_done / self.chunks_total if self.chunks_total else 0.0
+        if self.stage == "storing":
+            embedded = 1.0
+        return EXTRACT_SHARE + (1 - EXTRACT_SHARE) * embedded
+
+    def elapsed(self, now: datetime | None = None) -> float | None:
+        """Seconds since it started (to its end, once ended); None before it starts."""
+        start = _parse(self.started)
+        if start is None:
+            return None
+        end = _parse(self.finished) or now or datetime.now(UTC)
+        return max(0.0, (end - start).total_seconds())
+
+    def eta(self, now: datetime | None = None) -> float | None:
+        """Estimated seconds left for a running job, from its pace so far; None when too early
+        to tell."""
+        if self.status != "running":
+            return None
+        spent = self.elapsed(now)
+        share = self.fraction
+        if spent is None or share < MIN_FRACTION_FOR_ETA:
+            return None
+        return spent * (1 - share) / share
+
+    def outcome(self) -> IngestOutcome:
+        """How an ended job turned out, in the terms the upload results use."""
+        if self.status == "done":
+            state = "duplicate" if self.duplicate else "indexed"
+            return IngestOutcome(self.name, state, message=self.message,
+                                 chunks=self.chunks_total, pages=self.pages_total or 1,
+                                 document_id=self.document_id)
+        return IngestOutcome(self.name, "refused", self.reason or self.status, self.message)
+
+    @classmethod
+    def from_row(cls, row: Any) -> Job:
+        data = dict(row)
+        data["duplicate"] = bool(data.get("duplicate"))
+        data["cancel_requested"] = bool(data.get("cancel_requested"))
+        data["has_data"] = bool(data.get("has_data"))
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+_JOB_COLUMNS = ", ".join(f.name for f in fields(Job) if f.name != "has_data")
+_SELECT = f"SELECT {_JOB_COLUMNS}, data IS NOT NULL AS has_data FROM ingest_jobs"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def owner_is_dead(owner: str | None, heartbeat: str | None, now: datetime | None = None) -> bool:
+    """Whether the process that claimed a job can no longer be running it."""
+    if owner == process_owner():
+        return False
+    host, _, rest = (owner or "").partition(":")
+    pid_text, _, token = rest.partition(":")
+    beat = _parse(heartbeat)
+    stale = beat is None or ((now or datetime.now(UTC)) - beat).total_seconds() > STALE_AFTER_S
+    if host != HOST or not pid_text.isdigit():
+        return stale
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return token != PROCESS_TOKEN  # an earlier process that had our pid
+    # same host: the process table decides (a long quiet stretch is not death). A restarted
+    # app that got its old pid back recognises the job as its predecessor's by the token.
+    return not _pid_alive(pid)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One file handed to :meth:`JobQueue.submit`."""
+
+    name: str
+    data: bytes
+    mime: str | None = None
+
+
+class JobQueue:
+    """The jobs of one database, and running them. Safe to share between threads."""
+
+    def __init__(self, store: Store, settings: Settings, embedder: Callable[[], Embedder]):
+        self.store = store
+        self.settings = settings
+        self._embedder = embedder
+        self._passwords: dict[str, str] = {}  # job id -> password, memory only
+        self._changed = threading.Condition()
+        self.recover()
+
+    # ------------------------------------------------------------------ reading
+
+    def jobs(self, *, limit: int = RECENT_JOBS) -> list[Job]:
+        """Active and interrupted jobs (oldest first, the order they run), then the most recent
+        ended ones (newest first)."""
+        conn = self.store.conn
+        open_ = conn.execute(
+            f"{_SELECT} WHERE status IN ('queued', 'running', 'interrupted') "
+            "ORDER BY created, position"
+        ).fetchall()
+        ended = conn.execute(
+            f"{_SELECT} WHERE status NOT IN ('queued', 'running', 'interrupted') "
+            "ORDER BY COALESCE(finished, created) DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [Job.from_row(r) for r in (*open_, *ended)]
+
+    def active(self) -> list[Job]:
+        return [j for j in self.jobs(limit=0) if j.active]
+
+    def job(self, job_id: str) -> Job:
+        row = self.store.conn.execute(f"{_SELECT} WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFoundError("That ingestion job no longer exists.")
+        return Job.from_row(row)
+
+    # ------------------------------------------------------------------ changing
+
+    def submit(
+        self, uploads: Sequence[Upload], *, password: str | None = None, running: bool = False
+    ) -> list[Job]:
+        """Queue ``uploads`` as one batch (file i of n), in one transaction. An oversize file
+        is recorded as refused at once, without keeping its bytes. ``running`` claims the jobs
+        for this process straight away (the CLI runs them inline)."""
+        batch = new_id()
+        created = now_iso()
+        ids: list[str] = []
+        with self.store.write() as conn:
+            for position, upload in enumerate(uploads, start=1):
+                job_id = new_id()
+                name = safe_name(upload.name)
+                data = bytes(upload.data)
+                status, message, reason, finished = "queued", "", None, None
+                if len(data) > self.settings.max_upload_bytes:
+                    status, reason = "refused", "too_large"
+                    message, finished = too_large_message(name, self.settings), created
+                elif running:
+                    status = "running"
+                conn.execute(
+                    "INSERT INTO ingest_jobs (id, batch_id, position, batch_size, name, mime, "
+                    "size, data, status, reason, message, owner, heartbeat, created, started, "
+                    "finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        job_id, batch, position, len(uploads), name, upload.mime, len(data),
+                        None if status == "refused" else data, status, reason, message,
+                        process_owner() if running else None, created if running else None,
+                        created, created if running else None, finished,
+                    ),
+                )
+                ids.append(job_id)
+        if password:
+            for job_id in ids:
+                self._passwords[job_id] = password
+        self._notify()
+        return [self.job(i) for i in ids]
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job: a queued or interrupted one at once (its bytes dropped), a running one
+        at its next page or batch boundary. False if it had already ended."""
+        with self.store.write() as conn:
+            now = now_iso()
+            dropped = conn.execute(
+                "UPDATE ingest_jobs SET status = 'cancelled', data = NULL, finished = ?, "
+                "message = 'Cancelled before it started; nothing was saved.' "
+                "WHERE id = ? AND status IN ('queued', 'interrupted')",
+                (now, job_id),
+            ).rowcount
+            if not dropped:
+                dropped = conn.execute(
+                    "UPDATE ingest_jobs SET cancel_requested = 1 "
+                    "WHERE id = ? AND status = 'running'",
+                    (job_id,),
+                ).rowcount
+            if not dropped:  # a refusal waiting for a password: dismissing it drops the bytes
+                dropped = conn.execute(
+                    "UPDATE ingest_jobs SET data = NULL WHERE id = ? AND status = 'refused' "
+                    "AND data IS NOT NULL",
+                    (job_id,),
+                ).rowcount
+        self._passwords.pop(job_id, None)
+        self._notify()
+        return bool(dropped)
+
+    def resume(self, job_id: str | None = None, *, password: str | None = None) -> list[Job]:
+        """Queue again an interrupted job (or, without ``job_id``, every interrupted job), or a
+        refused encrypted PDF with a ``password``. Returns the jobs queued."""
+        with self.store.write() as conn:
+            if job_id is None:
+                rows = conn.execute(
+                    "SELECT id FROM ingest_jobs WHERE status = 'interrupted' AND data IS NOT NULL"
+                ).fetchall()
+                ids = [r[0] for r in rows]
+            else:
+                ids = [job_id]
+            queued = []
+            for jid in ids:
+                changed = conn.execute(
+                    "UPDATE ingest_jobs SET status = 'queued', stage = '', pages_done = 0, "
+                    "pages_total = 0, chunks_done = 0, chunks_total = 0, reason = NULL, "
+                    "message = '', cancel_requested = 0, owner = NULL, started = NULL, "
+                    "finished = NULL WHERE id = ? AND data IS NOT NULL AND (status = "
+                    "'interrupted' OR (status = 'refused' AND reason IN ('encrypted', "
+                    "'wrong_password')))",
+                    (jid,),
+                ).rowcount
+                if changed:
+                    queued.append(jid)
+        if password:
+            for jid in queued:
+                self._passwords[jid] = password
+        self._notify()
+        return [self.job(j) for j in queued]
+
+    def clear_finished(self) -> int:
+        """Forget ended jobs (the list of recent outcomes); returns how many."""
+        with self.store.write() as conn:
+            count = conn.execute(
+                "DELETE FROM ingest_jobs WHERE status IN ('done', 'refused', 'cancelled', "
+                "'failed')"
+            ).rowcount
+        return count
+
+    def recover(self) -> list[str]:
+        """Mark ``interrupted`` the running jobs whose process is gone; their bytes stay so a
+        person can resume them. Returns their ids."""
+        rows = self.store.conn.execute(
+            "SELECT id, owner, heartbeat FROM ingest_jobs WHERE status = 'running'"
+        ).fetchall()
+        dead = [r["id"] for r in rows if owner_is_dead(r["owner"], r["heartbeat"])]
+        if not dead:
+            return []
+        marked = []
+        with self.store.write() as conn:
+            for job_id in dead:
+                row = conn.execute(
+                    "SELECT owner, heartbeat FROM ingest_jobs WHERE id = ? AND status = "
+                    "'running'", (job_id,)
+                ).fetchone()
+                if row is None or not owner_is_dead(row["owner"], row["heartbeat"]):
+                    continue  # it finished, or was claimed again, meanwhile
+                conn.execute(
+                    "UPDATE ingest_jobs SET status = 'interrupted', finished = ?, message = ? "
+                    "WHERE id = ?",
+                    (now_iso(), "Interrupted: Marginalia stopped while indexing it. Nothing "
+                     "was saved; resume to index it again.", job_id),
+                )
+                marked.append(job_id)
+        if marked:
+            log.warning("marked %d ingestion job(s) interrupted", len(marked))
+        return marked
+
+    # ------------------------------------------------------------------ running
+
+    def claim(self) -> Job | None:
+        """Take the oldest queued job for this process, or None. The ``status = 'queued'``
+        guard inside ``BEGIN IMMEDIATE`` makes the claim exclusive across processes."""
+        now = now_iso()
+        with self.store.write() as conn:
+            row = conn.execute(
+                "SELECT id FROM ingest_jobs WHERE status = 'queued' ORDER BY created, position "
+                "LIMIT 1"
+            ).fetchone()
+            if row is None:
+                return None
+            claimed = conn.execute(
+                "UPDATE ingest_jobs SET status = 'running', owner = ?, started = ?, "
+                "heartbeat = ? WHERE id = ? AND status = 'queued'",
+                (process_owner(), now, now, row["id"]),
+            ).rowcount
+        return self.job(row["id"]) if claimed else None
+
+    def run(
+        self, job_id: str, *, should_stop: Callable[[], bool] | None = None
+    ) -> Iterator[events.IngestEvent]:
+        """Run a job this process has claimed: the pipeline's events, with progress recorded
+        as they pass. ``should_stop`` (the process is shutting down) interrupts it at the next
+        boundary, keeping its bytes for a resume."""
+        row = self.store.conn.execute(
+            "SELECT name, mime, data FROM ingest_jobs WHERE id = ? AND status = 'running' "
+            "AND owner = ?",
+            (job_id, process_owner()),
+        ).fetchone()
+        if row is None or row["data"] is None:
+            return
+        name, mime, data = row["name"], row["mime"], bytes(row["data"])
+        password = self._passwords.pop(job_id, None)
+        progress = _Progress(self.store, job_id)
+
+        def checkpoint() -> None:
+            if should_stop is not None and should_stop():
+                raise JobInterruptedError("Interrupted: Marginalia is shutting down.")
+            if progress.cancel_requested():  # on any thread: the page reader has its own
+                raise CancelledError(f"Cancelled: {name} was not indexed; nothing was saved.")
+
+        end: events.IngestEvent | None = None
+        try:
+            stream = ingest_bytes(
+                self.store, self._embedder(), self.settings, name, data, mime=mime,
+                password=password, checkpoint=checkpoint,
+            )
+            for event in stream:
+                if event["type"] == "stage":
+                    progress.record(event)
+                else:
+                    end = event
+                yield event
+        finally:
+            progress.finish(end)
+            self._notify()
+
+    def run_inline(
+        self, uploads: Sequence[Upload], *, password: str | None = None
+    ) -> Iterator[events.IngestEvent]:
+        """Record ``uploads`` as jobs this process runs now, one after the other (the CLI): the
+        same events and the same job rows as the app's worker."""
+        for job in self.submit(uploads, password=password, running=True):
+            if job.status == "refused":
+                yield events.error(job.message, job.reason or "refused", file=job.name)
+                continue
+            yield from self.run(job.id)
+
+    # ------------------------------------------------------------------ waiting
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_changed(self, timeout: float) -> None:
+        """Block until a job of this queue changes state here, or ``timeout`` seconds."""
+        with self._changed:
+            self._changed.wait(timeout)
+
+    def wait(self, job_ids: Sequence[str], *, timeout: float) -> list[Job]:
+        """Wait until the given jobs are no longer queued or running (or ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = [self.job(j) for j in job_ids]
+            left = deadline - time.monotonic()
+            if not any(j.active for j in jobs) or left <= 0:
+                return jobs
+            self.wait_changed(min(left, POLL_SECONDS))
+
+
+class _Progress:
+    """A running job's progress, written to its row at most every PROGRESS_EVERY_S (and on each
+    new stage); each write is also the owner's heartbeat."""
+
+    def __init__(self, store: Store, job_id: str):
+        self.store = store
+        self.job_id = job_id
+        self.values = {"stage": "", "pages_done": 0, "pages_total": 0, "chunks_done": 0,
+                       "chunks_total": 0}
+        self._written = 0.0
+        self._owner_thread = threading.get_ident()
+        self._cancelled = threading.Event()
+
+    def record(self, event: events.StageEvent) -> None:
+        stage = event.get("stage", "")
+        changed = stage != self.values["stage"]
+        self.values["stage"] = stage
+        if stage == "extracting" and "total" in event:
+            self.values["pages_done"] = int(event.get("done") or 0)
+            self.values["pages_total"] = int(event.get("total") or 0)
+        elif stage == "chunking" and "chunks" in event:
+            self.values["chunks_total"] = int(event["chunks"])
+            if not self.values["pages_total"]:  # text files: one page, read
+                self.values["pages_done"] = self.values["pages_total"] = 1
+        elif stage == "embedding":
+            self.values["chunks_done"] = int(event.get("done") or 0)
+            self.values["chunks_total"] = int(event.get("total") or 0)
+        if changed or time.monotonic() - self._written >= PROGRESS_EVERY_S:
+            self._write()
+        self._poll_cancel()
+
+    def _write(self) -> None:
+        with self.store.write() as conn:
+            conn.execute(
+                "UPDATE ingest_jobs SET stage = :stage, pages_done = :pages_done, "
+                "pages_total = :pages_total, chunks_done = :chunks_done, "
+                "chunks_total = :chunks_total, heartbeat = :now WHERE id = :id",
+                {**self.values, "now": now_iso(), "id": self.job_id},
+            )
+        self._written = time.monotonic()
+
+    def _poll_cancel(self) -> None:
+        row = self.store.conn.execute(
+            "SELECT cancel_requested FROM ingest_jobs WHERE id = ?", (self.job_id,)
+        ).fetchone()
+        if row and row[0]:
+            self._cancelled.set()
+
+    def cancel_requested(self) -> bool:
+        """Whether a person asked to cancel. The database is read only on the thread running
+        the job (each thread would open its own connection); helper threads (the page reader)
+        see what that thread last read, at most one page late."""
+        if threading.get_ident() == self._owner_thread:
+            self._poll_cancel()
+        return self._cancelled.is_set()
+
+    def finish(self, end: events.IngestEvent | None) -> None:
+        """Record the outcome; the bytes go, except where a person can still act on them (an
+        interruption to resume, a refusal that wants a password)."""
+        keep = False
+        values: dict[str, Any] = {"reason": None, "document_id": None, "duplicate": 0,
+                                  "message": ""}
+        if end is None:  # the consumer stopped reading (process exit, closed stream)
+            status, keep = "interrupted", True
+            values["message"] = "Interrupted before it finished; nothing was saved."
+        elif end["type"] == "done":
+            status = "done"
+            doc = end.get("document") or {}
+            values.update(document_id=doc.get("id"), duplicate=int(bool(end.get("duplicate"))),
+                          message=end.get("message", ""))
+        else:
+            reason = end.get("reason")
+            values.update(reason=reason, message=end.get("message", ""))
+            if reason == "cancelled":
+                status = "cancelled"
+            elif reason == "interrupted":
+                status, keep = "interrupted", True
+            elif reason in FAILURE_REASONS:
+                status = "failed"
+            else:
+                status = "refused"
+                keep = reason in PASSWORD_REASONS
+        with self.store.write() as conn:
+            conn.execute(
+                "UPDATE ingest_jobs SET status = :status, stage = :stage, "
+                "pages_done = :pages_done, pages_total = :pages_total, "
+                "chunks_done = :chunks_done, chunks_total = :chunks_total, reason = :reason, "
+                "message = :message, document_id = :document_id, duplicate = :duplicate, "
+                "finished = :now, heartbeat = :now, "
+                "data = CASE WHEN :keep THEN data ELSE NULL END "
+                "WHERE id = :id AND status = 'running' AND owner = :owner",
+                {**self.values, **values, "status": status, "keep": int(keep),
+                 "now": now_iso(), "id": self.job_id, "owner": process_owner()},
+            )
+
+
+class JobWorker:
+    """The one background thread of a process that runs queued jobs, oldest first."""
+
+    def __init__(self, queue: JobQueue):
+        self.queue = queue
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> JobWorker:
+        with self._lock:
+            if not self.running:
+                self._stopping.clear()
+                self._thread = threading.Thread(
+                    target=self._loop, name="marginalia-jobs", daemon=True
+                )
+                self._thread.start()
+        return self
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the current job's next boundary (it is marked interrupted, bytes kept)."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                job = self.queue.claim()
+                if job is None:
+                    self.queue.recover()  # peers that died while running a job
+                    self._wake.wait(POLL_SECONDS)
+                    self._wake.clear()
+                    continue
+                for _ in self.queue.run(job.id, should_stop=self._stopping.is_set):
+                    pass
+            except Exception:  # the worker must outlive any one job; the job row says why
+                log.exception("ingestion worker error")
+                self._stopping.wait(POLL_SECONDS)
