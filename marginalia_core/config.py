@@ -4,6 +4,7 @@ app), then defaults. The core never reads Streamlit itself; the app passes its s
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +20,7 @@ DEFAULT_RETRIEVAL_MODE = "hybrid"
 # env var -> (field, converter)
 _ENV = {
     "MARGINALIA_DB": ("db_path", str),
+    "MARGINALIA_DATABASE_URL": ("database_url", str),
     "GEMINI_API_KEY": ("gemini_api_key", str),
     "GOOGLE_API_KEY": ("gemini_api_key", str),
     "GOOGLE_GEMINI_BASE_URL": ("gemini_base_url", str),
@@ -47,6 +49,8 @@ _ENV = {
 @dataclass(frozen=True)
 class Settings:
     db_path: str = DEFAULT_DB
+    # postgresql://... selects the PostgreSQL store; may hold a password, so never in repr
+    database_url: str | None = field(default=None, repr=False)
     gemini_api_key: str | None = field(default=None, repr=False)
     gemini_base_url: str | None = None
     embedder: str | None = None  # None: "gemini" when keyed, else "local"
@@ -91,6 +95,11 @@ class Settings:
         return path
 
 
+def mask_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``: what logs, errors and the UI may show."""
+    return re.sub(r"(://[^:/@\s]*:)[^@/\s]*@", r"\1***@", url or "")
+
+
 def load_settings(
     env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None
 ) -> Settings:
@@ -110,6 +119,10 @@ def load_settings(
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"Setting {key} has an invalid value") from exc
     settings = Settings(**values)
+    if settings.database_url and not settings.database_url.startswith(
+        ("postgresql://", "postgres://")
+    ):
+        raise ValueError("MARGINALIA_DATABASE_URL must start with postgresql://")
     if settings.retrieval_mode not in RETRIEVAL_MODES:
         raise ValueError(
             f"MARGINALIA_RETRIEVAL must be one of {', '.join(RETRIEVAL_MODES)}"

@@ -20,7 +20,7 @@ from marginalia_core.ingest.chunking import Chunk, chunk_stats, chunk_text, effe
 from marginalia_core.ingest.page_images import PageImage, PageRenderer
 from marginalia_core.providers.embeddings import Embedder, get_embedder
 from marginalia_core.retrieval.retriever import Hit, Retriever
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore, open_store
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
@@ -54,8 +54,9 @@ class Workspace:
     # ------------------------------------------------------------------ wiring
 
     @cached_property
-    def store(self) -> Store:
-        return Store(self.settings.ensure_db_dir())
+    def store(self) -> LibraryStore:
+        """SQLite at ``MARGINALIA_DB``, or PostgreSQL when ``MARGINALIA_DATABASE_URL`` is set."""
+        return open_store(self.settings)
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -123,7 +124,7 @@ class Workspace:
             "server": server,
             "embed_model": (s.embed_model or "") if s.embedder_name == "openai" else "",
             "retrieval": s.retrieval_mode,
-            "db": s.db_path,
+            "db": self.store.location if s.database_url else s.db_path,
         }
 
     def list_models(self) -> list[str]:
