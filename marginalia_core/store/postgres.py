@@ -388,6 +388,10 @@ class PostgresStore:
         vectors = np.asarray(embeddings, dtype=VECTOR_DTYPE).reshape(len(chunks), int(embed_dim))
         raw = self.raw
         with raw.transaction():
+            if len(chunks):
+                # first, before any row lock on chunks: the index build's SHARE lock then only
+                # ever waits for writers that need nothing from us (no deadlock)
+                self._ensure_vector_index(raw, key, int(embed_dim))
             replaced = bool(
                 replace_id
                 and raw.execute("DELETE FROM documents WHERE id = %s", (replace_id,)).rowcount
@@ -407,8 +411,6 @@ class PostgresStore:
                     for i, c in enumerate(chunks)
                 ),
             )
-            if len(chunks):
-                self._ensure_vector_index(raw, key, int(embed_dim))
             self._bump_generation(raw, deleted=replaced)
         return doc
 
@@ -711,7 +713,7 @@ class PostgresStore:
     ) -> dict[str, Any]:
         raw = self.raw
         with raw.transaction():
-            return self._insert_message(raw, conversation_id, role, content, sources)
+            return self._insert_message(conversation_id, role, content, sources)
 
     def add_exchange(
         self,
@@ -731,18 +733,15 @@ class PostgresStore:
                 "ON CONFLICT (id) DO NOTHING",
                 (conversation_id, title, stamp, stamp),
             )
-            user = self._insert_message(raw, conversation_id, "user", question, ())
-            assistant = self._insert_message(raw, conversation_id, "assistant", answer, sources)
+            user = self._insert_message(conversation_id, "user", question, ())
+            assistant = self._insert_message(conversation_id, "assistant", answer, sources)
         return user, assistant
 
-    @staticmethod
     def _insert_message(
-        raw: psycopg.Connection,
-        conversation_id: str,
-        role: str,
-        content: str,
-        sources: Sequence[dict[str, Any]],
+        self, conversation_id: str, role: str, content: str, sources: Sequence[dict[str, Any]]
     ) -> dict[str, Any]:
+        """Insert a message inside an open ``write()`` transaction and touch its conversation."""
+        raw = self.raw
         stamp = now_iso()
         msg = {
             "id": new_id(),
