@@ -15,7 +15,7 @@ import pytest
 from marginalia_core.errors import NotFoundError
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.store.migrations import applied, migrate, registered
-from marginalia_core.store.sqlite import Store, blob_to_vector
+from marginalia_core.store.sqlite import Store
 
 try:
     import psycopg

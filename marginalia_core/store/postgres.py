@@ -92,7 +92,11 @@ def p001_initial(conn: psycopg.Connection) -> None:
             page_end INTEGER NOT NULL,
             embedder TEXT NOT NULL,
             embedding vector NOT NULL,
-            tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', content)) STORED,
+            -- split on anything but letters and digits first, as FTS5's unicode61 does
+            -- (PostgreSQL's parser would read "ZX-4471" as "zx" and the integer "-4471")
+            tsv tsvector GENERATED ALWAYS AS (
+                to_tsvector('english', regexp_replace(content, '[^[:alnum:]]+', ' ', 'g'))
+            ) STORED,
             UNIQUE (document_id, idx)
         )""",
         "CREATE INDEX chunks_embedder ON chunks (embedder, id)",
@@ -493,22 +497,22 @@ class PostgresStore:
         """((generation, deletions), chunk ids, float32 matrix) of this embedder's chunks with
         id > ``after_id``, ascending, read in one REPEATABLE READ snapshot."""
         raw = self.raw
-        key = embedder_key(embed_model, embed_dim)
         with raw.transaction():
             raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             counters = self.counters(raw)
-            n = raw.execute(
-                "SELECT COUNT(*) FROM chunks WHERE embedder = %s AND id > %s", (key, int(after_id))
-            ).fetchone()[0]
+            # by the documents' embedder, as on SQLite (chunks.embedder serves the HNSW index)
+            where = (
+                "FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE d.embed_model = %s AND d.embed_dim = %s AND c.id > %s"
+            )
+            params = (embed_model, int(embed_dim), int(after_id))
+            n = raw.execute(f"SELECT COUNT(*) {where}", params).fetchone()[0]
             ids = np.empty(n, dtype=np.int64)
             matrix = np.empty((n, embed_dim), dtype=VECTOR_DTYPE)
             i = 0
             with raw.cursor(name="load_vectors") as cur:
                 cur.itersize = LOAD_PAGE_ROWS
-                cur.execute(
-                    "SELECT id, embedding FROM chunks WHERE embedder = %s AND id > %s ORDER BY id",
-                    (key, int(after_id)),
-                )
+                cur.execute(f"SELECT c.id, c.embedding {where} ORDER BY c.id", params)
                 for cid, vec in cur:
                     if i >= n:
                         break
