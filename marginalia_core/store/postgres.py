@@ -564,6 +564,12 @@ class PostgresStore:
         )
         return {int(r["id"]): r for r in rows}
 
+    def vectors_by_ids(self, chunk_ids: Sequence[int]) -> dict[int, np.ndarray]:
+        rows = self.raw.execute(
+            "SELECT id, embedding FROM chunks WHERE id = ANY(%s)", ([int(i) for i in chunk_ids],)
+        ).fetchall()
+        return {int(c): _as_array(v) for c, v in rows}
+
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
         return self._dicts(
             'SELECT id, idx, content, start, "end", page_start, page_end FROM chunks '
