@@ -786,3 +786,101 @@ class PostgresStore:
             item["sources"] = json.loads(item["sources"] or "[]")
             out.append(item)
         return out
+
+
+# --- copying a SQLite library in ------------------------------------------------------------
+
+# tables copied as they are (columns by name), parents before children; chunks are special
+COPIED_TABLES = (
+    ("documents", "created, id"),
+    ("conversations", "created, id"),
+    ("messages", "created, rowid"),
+    ("question_sets", "created, id"),
+    ("questions", "set_id, position"),
+    ("judgments", "id"),
+    ("retrieval_configs", "name"),
+    ("embedding_cache", "key"),
+)
+VECTOR_SAMPLE = 200  # chunks whose vectors are compared bit for bit after the copy
+
+
+class MigrationRefused(ValueError):
+    """The target already holds a library (copying into it would mix two)."""
+
+
+def import_sqlite(source: Any, target: PostgresStore, *, sample: int = VECTOR_SAMPLE) -> dict[str, Any]:
+    """Copy every row of the SQLite library ``source`` (a ``store.sqlite.Store``) into the empty
+    PostgreSQL library ``target`` in one transaction, chunk ids kept, then check that nothing was
+    lost: row counts per table and ``sample`` vectors compared exactly. Returns the report."""
+    raw = target.raw
+    src = source.conn
+    if raw.execute("SELECT EXISTS (SELECT 1 FROM documents UNION ALL SELECT 1 FROM conversations "
+                   "UNION ALL SELECT 1 FROM question_sets)").fetchone()[0]:
+        raise MigrationRefused(
+            f"{target.location} already holds a library; copy into an empty database."
+        )
+    dims: dict[str, tuple[str, int]] = {}
+    with raw.transaction():
+        for table, order in COPIED_TABLES:
+            cols = [r[1] for r in src.execute(f"PRAGMA table_info({table})")]
+            marks = ", ".join(["%s"] * len(cols))
+            names = ", ".join(f'"{c}"' for c in cols)
+            cur = src.execute(f"SELECT {names} FROM {table} ORDER BY {order}")
+            with raw.cursor() as out:
+                while page := cur.fetchmany(LOAD_PAGE_ROWS):
+                    out.executemany(
+                        f"INSERT INTO {table} ({names}) VALUES ({marks})",
+                        [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+                         for row in page],
+                    )
+            if table == "documents":
+                for doc_id, model, dim in src.execute(
+                    "SELECT id, embed_model, embed_dim FROM documents"
+                ):
+                    dims[doc_id] = (embedder_key(model, dim), int(dim))
+        cur = src.execute(
+            'SELECT id, document_id, idx, content, start, "end", page_start, page_end, embedding '
+            "FROM chunks ORDER BY id"
+        )
+
+        def rows() -> Iterator[tuple]:
+            while page := cur.fetchmany(LOAD_PAGE_ROWS):
+                for cid, doc_id, *rest, blob in page:
+                    key, dim = dims[doc_id]
+                    vec = np.frombuffer(blob, dtype=VECTOR_DTYPE)
+                    if len(vec) != dim:
+                        raise ValueError(f"chunk {cid} has {len(vec)} dimensions, not {dim}")
+                    yield (cid, doc_id, *rest, key, vec)
+
+        target._copy_chunks(raw, rows(), with_ids=True)
+        for table in ("chunks", "judgments"):  # new rows continue after the copied ids
+            raw.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                f"GREATEST((SELECT MAX(id) FROM {table}), 1))"
+            )
+        for key, dim in sorted(set(dims.values())):
+            target._ensure_vector_index(raw, key, dim)
+        gen, deletions = source.counters()
+        raw.execute("UPDATE state SET value = %s WHERE key = 'generation'", (gen + 1,))
+        raw.execute("UPDATE state SET value = %s WHERE key = 'deletions'", (deletions,))
+    return verify_copy(source, target, sample=sample)
+
+
+def verify_copy(source: Any, target: PostgresStore, *, sample: int = VECTOR_SAMPLE) -> dict[str, Any]:
+    """Row counts per table on both sides and a random sample of vectors compared exactly."""
+    counts = {}
+    for table in ("chunks", *(t for t, _ in COPIED_TABLES)):
+        a = int(source.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        b = int(target.raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        counts[table] = (a, b)
+    ids = [int(r[0]) for r in source.conn.execute(
+        "SELECT id FROM chunks ORDER BY random() LIMIT ?", (int(sample),)
+    )]
+    want, got = source.vectors_by_ids(ids), target.vectors_by_ids(ids)
+    same = sum(1 for i in ids if i in got and np.array_equal(want[i], got[i]))
+    return {
+        "counts": counts,
+        "vectors_compared": len(ids),
+        "vectors_equal": same,
+        "ok": all(a == b for a, b in counts.values()) and same == len(ids),
+    }
