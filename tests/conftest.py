@@ -48,7 +48,8 @@ _pg_databases = itertools.count(1)
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "sqlite_only: checks the SQLite file itself; not run on PostgreSQL"
+        "markers", "sqlite_only: runs on SQLite only (checks the SQLite file itself, or is too "
+        "slow to repeat for a storage path other tests cover on both)"
     )
 
 

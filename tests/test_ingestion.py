@@ -78,6 +78,9 @@ def test_embedding_failure_leaves_database_as_it_was(db_path, fake_gemini):
     store.close()
 
 
+# ~140 s, nearly all of it extracting and embedding: on PostgreSQL it would repeat that for the
+# same storage path the other ingestion tests cover
+@pytest.mark.sqlite_only
 def test_every_eval_pdf_indexed_or_refused_with_reason(pdf_dir, workspace):
     with open(pdf_dir / "MANIFEST.tsv", newline="") as fh:
         manifest = list(csv.DictReader(fh, delimiter="\t"))
