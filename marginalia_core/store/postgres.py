@@ -251,6 +251,30 @@ def _as_array(value: Any) -> np.ndarray:
     return np.asarray(value, dtype=VECTOR_DTYPE)
 
 
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+
+
+def _parse_vector_copy(data: bytes | bytearray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, float32 matrix) from a binary COPY of ``(bigint, vector(dim))`` rows.
+
+    Every row has the same size (field count, id, vector header, ``dim`` big-endian floats), so
+    the whole stream is one numpy record view: 1M x 384 loads in seconds instead of the minutes
+    a Python loop over rows would take."""
+    if not data.startswith(_COPY_SIGNATURE):
+        raise ValueError("not a binary COPY stream")
+    ext = int.from_bytes(data[15:19], "big")
+    start = 19 + ext
+    row = np.dtype([("fields", ">i2"), ("id_len", ">i4"), ("id", ">i8"), ("vec_len", ">i4"),
+                    ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))])
+    body = len(data) - start - 2  # the trailer: int16 -1
+    if body < 0 or body % row.itemsize:
+        raise ValueError("binary COPY stream has rows of unexpected size")
+    rows = np.frombuffer(data, dtype=row, count=body // row.itemsize, offset=start)
+    if len(rows) and (np.any(rows["fields"] != 2) or np.any(rows["dim"] != dim)):
+        raise ValueError("binary COPY stream holds other columns than (id, vector)")
+    return rows["id"].astype(np.int64), rows["v"].astype(VECTOR_DTYPE)
+
+
 def embedder_key(embed_model: str, embed_dim: int) -> str:
     return f"{embed_model}/{int(embed_dim)}"
 
@@ -506,20 +530,18 @@ class PostgresStore:
                 "WHERE d.embed_model = %s AND d.embed_dim = %s AND c.id > %s"
             )
             params = (embed_model, int(embed_dim), int(after_id))
-            n = raw.execute(f"SELECT COUNT(*) {where}", params).fetchone()[0]
-            ids = np.empty(n, dtype=np.int64)
-            matrix = np.empty((n, embed_dim), dtype=VECTOR_DTYPE)
-            i = 0
-            with raw.cursor(name="load_vectors") as cur:
-                cur.itersize = LOAD_PAGE_ROWS
-                cur.execute(f"SELECT c.id, c.embedding {where} ORDER BY c.id", params)
-                for cid, vec in cur:
-                    if i >= n:
-                        break
-                    ids[i] = cid
-                    matrix[i] = _as_array(vec)
-                    i += 1
-        return counters, ids[:i], matrix[:i].astype(np.float32, copy=False)
+            data = bytearray()
+            with raw.cursor() as cur, cur.copy(
+                sql.SQL(
+                    "COPY (SELECT c.id, c.embedding::vector({}) {} ORDER BY c.id) "
+                    "TO STDOUT (FORMAT BINARY)"
+                ).format(sql.Literal(int(embed_dim)), sql.SQL(where)),
+                params,
+            ) as copy:
+                for block in copy:
+                    data += block
+        ids, matrix = _parse_vector_copy(data, int(embed_dim))
+        return counters, ids, matrix
 
     def nearest(
         self,
