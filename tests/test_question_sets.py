@@ -29,6 +29,7 @@ def sample() -> QuestionSet:
     )
 
 
+@pytest.mark.sqlite_only
 def test_migration_creates_the_lab_tables(store):
     names = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"question_sets", "questions", "judgments", "retrieval_configs",

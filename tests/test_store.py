@@ -280,3 +280,16 @@ def test_a_release_0_1_library_is_searchable_and_answerable_after_the_upgrade(tm
         assert len(ws.messages(conversation["id"])) == 4
     finally:
         ws.close()
+
+
+def test_embedding_cache_and_chunk_vectors(store):
+    """What the retrieval lab's chunk sweep reuses instead of embedding again."""
+    doc, chunks, vectors = _add(store)
+    v = np.arange(8, dtype=np.float32)
+    store.cache_vectors({"k1": v, "k2": v + 1})
+    store.cache_vectors({"k1": v * 0})  # an existing key is kept
+    got = store.cached_vectors(["k1", "k2", "missing"])
+    assert set(got) == {"k1", "k2"} and np.array_equal(got["k1"], v)
+    own = dict(store.chunk_texts_and_vectors("m", 8))
+    assert np.array_equal(own[chunks[0].text], vectors[0])
+    assert list(store.chunk_texts_and_vectors("other", 8)) == []
