@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from marginalia_core.config import Settings
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path, safe_name
 from marginalia_core.providers.embeddings.gemini import GeminiEmbedder
