@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_DB = "data/marginalia.db"
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")  # MARGINALIA_DATABASE_URL selects PostgreSQL
 DEFAULT_CHAT_MODEL = "gemini-2.5-flash"  # the Gemini answerer's model when none is set
 DEFAULT_TOP_K = 6
 DEFAULT_MAX_UPLOAD_MB = 50
@@ -119,9 +120,7 @@ def load_settings(
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"Setting {key} has an invalid value") from exc
     settings = Settings(**values)
-    if settings.database_url and not settings.database_url.startswith(
-        ("postgresql://", "postgres://")
-    ):
+    if settings.database_url and not settings.database_url.startswith(POSTGRES_SCHEMES):
         raise ValueError("MARGINALIA_DATABASE_URL must start with postgresql://")
     if settings.retrieval_mode not in RETRIEVAL_MODES:
         raise ValueError(

@@ -31,7 +31,8 @@ from marginalia_core.providers.answerers.prompting import (
     retrieval_query,
 )
 from marginalia_core.retrieval.retriever import Retriever
-from marginalia_core.store.sqlite import Store, new_id
+from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.sqlite import new_id
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def history_turn(message: dict[str, Any]) -> dict[str, str]:
 
 
 class ChatEngine:
-    def __init__(self, store: Store, retriever: Retriever, answerer: Answerer, settings: Settings):
+    def __init__(self, store: LibraryStore, retriever: Retriever, answerer: Answerer, settings: Settings):
         self.store = store
         self.retriever = retriever
         self.answerer = answerer

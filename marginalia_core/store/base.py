@@ -16,9 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from marginalia_core.config import Settings
-
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+from marginalia_core.config import POSTGRES_SCHEMES, Settings
 
 
 class ChunkRecord(Protocol):
