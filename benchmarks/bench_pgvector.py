@@ -25,6 +25,7 @@ Also: COPY time, HNSW build time, table and index size, the benchmark process's 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import tempfile
@@ -143,7 +144,8 @@ def run_size(store: PostgresStore, n: int, queries: int, seed: int) -> dict:
         for k in kinds
     }
     return {"chunks": n, "dim": DIM, "queries": len(qs), "load": loading, "ranking": rows,
-            "resident_matrix_mb": round(resident.nbytes / 2**20, 1), "rss_mb": C.rss_mb()}
+            "resident_matrix_mb": round(resident.nbytes / 2**20, 1), "rss_mb": C.rss_mb(),
+            "load_average_1_5_15": [round(x, 1) for x in os.getloadavg()]}
 
 
 def markdown(results: list[dict], command: str) -> str:
@@ -154,7 +156,8 @@ def markdown(results: list[dict], command: str) -> str:
             f"\n## {r['chunks']:,} chunks x {r['dim']} ({r['queries']} queries)\n",
             f"COPY {ld['copy_s']} s, HNSW build {ld['hnsw_build_s']} s, table {ld['table_mb']} MB "
             f"(HNSW index {ld['hnsw_index_mb']} MB), load_vectors {ld['load_vectors_s']} s, "
-            f"resident matrix {r['resident_matrix_mb']} MB.\n",
+            f"resident matrix {r['resident_matrix_mb']} MB; machine load average "
+            f"{r['load_average_1_5_15']} on 2 cores (absolute times are inflated; read ratios).\n",
             "| path | p50 ms | p95 ms | recall@10 | p50 vs numpy |",
             "|---|---:|---:|---:|---:|",
         ]

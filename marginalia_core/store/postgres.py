@@ -264,15 +264,21 @@ def _parse_vector_copy(data: bytes | bytearray, dim: int) -> tuple[np.ndarray, n
         raise ValueError("not a binary COPY stream")
     ext = int.from_bytes(data[15:19], "big")
     start = 19 + ext
-    row = np.dtype([("fields", ">i2"), ("id_len", ">i4"), ("id", ">i8"), ("vec_len", ">i4"),
-                    ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))])
+    # per row: int16 field count, int32 length + int64 id, int32 length + int16 dim + int16
+    # unused + dim big-endian float32 (sliced as bytes: numpy's big-endian record path is slow)
+    size = 22 + 4 * dim
     body = len(data) - start - 2  # the trailer: int16 -1
-    if body < 0 or body % row.itemsize:
+    if body < 0 or body % size:
         raise ValueError("binary COPY stream has rows of unexpected size")
-    rows = np.frombuffer(data, dtype=row, count=body // row.itemsize, offset=start)
-    if len(rows) and (np.any(rows["fields"] != 2) or np.any(rows["dim"] != dim)):
+    rows = np.frombuffer(data, dtype=np.uint8, count=body, offset=start).reshape(-1, size)
+    header = np.ascontiguousarray(rows[:, :22])
+    if len(rows) and (
+        np.any(header[:, 0:2].view(">i2") != 2) or np.any(header[:, 18:20].view(">i2") != dim)
+    ):
         raise ValueError("binary COPY stream holds other columns than (id, vector)")
-    return rows["id"].astype(np.int64), rows["v"].astype(VECTOR_DTYPE)
+    ids = header[:, 6:14].view(">i8").ravel().astype(np.int64)
+    matrix = np.ascontiguousarray(rows[:, 22:]).view(">f4").astype(VECTOR_DTYPE)
+    return ids, matrix
 
 
 def embedder_key(embed_model: str, embed_dim: int) -> str:
@@ -531,16 +537,18 @@ class PostgresStore:
             )
             params = (embed_model, int(embed_dim), int(after_id))
             data = bytearray()
+            # no ORDER BY: sorting 1.5 KB rows in the server spills to disk (100k: 11-18 s
+            # against 3.6 s unsorted); the ids are put in order here instead
             with raw.cursor() as cur, cur.copy(
-                sql.SQL(
-                    "COPY (SELECT c.id, c.embedding::vector({}) {} ORDER BY c.id) "
-                    "TO STDOUT (FORMAT BINARY)"
-                ).format(sql.Literal(int(embed_dim)), sql.SQL(where)),
-                params,
+                f"COPY (SELECT c.id, c.embedding {where}) TO STDOUT (FORMAT BINARY)", params
             ) as copy:
                 for block in copy:
                     data += block
         ids, matrix = _parse_vector_copy(data, int(embed_dim))
+        del data
+        if len(ids) > 1 and np.any(ids[1:] < ids[:-1]):
+            order = np.argsort(ids, kind="stable")
+            ids, matrix = ids[order], matrix[order]
         return counters, ids, matrix
 
     def nearest(
