@@ -261,7 +261,7 @@ def test_eight_threads_soak_one_database(workspace):
                 ids = [h.chunk_id for h in hits]
                 owners = retriever.store.chunks_by_ids(ids)
                 own = {c: (owners[c]["document_id"], float(v @ qvec))
-                       for c, v in retriever.store.vectors_by_ids(ids).items() if c in owners}
+                       for c, v in zip(*retriever.store.vectors_by_ids(ids)) if c in owners}
                 for h in hits:
                     doc_id, cosine = own.get(h.chunk_id, (None, None))
                     if doc_id == h.document_id and abs(cosine - h.score) > 1e-3:
@@ -414,7 +414,7 @@ def test_search_racing_delete_and_reinsert_never_mislabels_a_hit(workspace, monk
     monkeypatch.undo()
     assert fired
     for hit in hits:
-        own = float(ws.store.vectors_by_ids([hit.chunk_id])[hit.chunk_id] @ qvec)
+        own = float(ws.store.vectors_by_ids([hit.chunk_id])[1][0] @ qvec)
         assert abs(own - hit.score) < 1e-4, (
             f"hit {hit.document_name!r} carries the score {hit.score:.3f} of a deleted chunk "
             f"(its own cosine is {own:.3f})")

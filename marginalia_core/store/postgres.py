@@ -294,6 +294,8 @@ class PostgresStore:
     per thread); any number of processes may open the same database."""
 
     backend = "postgresql"
+    # no local file: the ranking index keeps no sidecar next to a server database
+    path = ":memory:"
 
     def __init__(self, url: str):
         self.url = url
@@ -594,11 +596,41 @@ class PostgresStore:
         )
         return {int(r["id"]): r for r in rows}
 
-    def vectors_by_ids(self, chunk_ids: Sequence[int]) -> dict[int, np.ndarray]:
+    def vectors_by_ids(self, chunk_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids found, float32 rows) for these chunk ids, ascending; deleted ids are absent."""
         rows = self.raw.execute(
-            "SELECT id, embedding FROM chunks WHERE id = ANY(%s)", ([int(i) for i in chunk_ids],)
+            "SELECT id, embedding FROM chunks WHERE id = ANY(%s) ORDER BY id",
+            (sorted({int(i) for i in chunk_ids}),),
         ).fetchall()
-        return {int(c): _as_array(v) for c, v in rows}
+        ids = np.asarray([int(c) for c, _ in rows], dtype=np.int64)
+        if not rows:
+            return ids, np.zeros((0, 0), dtype=np.float32)
+        return ids, np.stack([_as_array(v) for _, v in rows])
+
+    def vector_ids(self, embed_model: str, embed_dim: int) -> tuple[tuple[int, int], np.ndarray]:
+        """(counters, ascending ids) of this embedder's chunks, from one snapshot."""
+        raw = self.raw
+        with raw.transaction():
+            raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            counters = self.counters(raw)
+            rows = raw.execute(
+                "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE d.embed_model = %s AND d.embed_dim = %s ORDER BY c.id",
+                (embed_model, int(embed_dim)),
+            ).fetchall()
+        return counters, np.asarray([r[0] for r in rows], dtype=np.int64)
+
+    def vector_pages(
+        self, embed_model: str, embed_dim: int, *, after_id: int = 0, page_rows: int = LOAD_PAGE_ROWS
+    ) -> Iterator[tuple[tuple[int, int], np.ndarray, np.ndarray]]:
+        """``load_vectors`` a page at a time (one snapshot, read by one binary COPY)."""
+        counters, ids, matrix = self.load_vectors(embed_model, embed_dim, after_id=after_id)
+        for start in range(0, len(ids), page_rows):
+            yield counters, ids[start : start + page_rows], matrix[start : start + page_rows]
+
+    def library_token(self) -> int:
+        """0: no sidecar index file is trusted for a server database (``path`` is ":memory:")."""
+        return 0
 
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
         return self._dicts(
@@ -906,8 +938,9 @@ def verify_copy(source: Any, target: PostgresStore, *, sample: int = VECTOR_SAMP
     ids = [int(r[0]) for r in source.conn.execute(
         "SELECT id FROM chunks ORDER BY random() LIMIT ?", (int(sample),)
     )]
-    want, got = source.vectors_by_ids(ids), target.vectors_by_ids(ids)
-    same = sum(1 for i in ids if i in got and np.array_equal(want[i], got[i]))
+    (want_ids, want), (got_ids, got) = source.vectors_by_ids(ids), target.vectors_by_ids(ids)
+    same = int(np.sum(np.all(want == got, axis=1))) if (
+        np.array_equal(want_ids, got_ids) and want.shape == got.shape) else 0
     return {
         "counts": counts,
         "vectors_compared": len(ids),

@@ -464,18 +464,6 @@ class Store:
             out.update({r["id"]: dict(r) for r in rows})
         return out
 
-    def vectors_by_ids(self, chunk_ids: Sequence[int]) -> dict[int, np.ndarray]:
-        """Stored vectors keyed by chunk id (checks and copies; ranking uses ``load_vectors``)."""
-        ids = [int(i) for i in chunk_ids]
-        out: dict[int, np.ndarray] = {}
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            rows = self.conn.execute(
-                f"SELECT id, embedding FROM chunks WHERE id IN ({','.join('?' * len(part))})", part
-            ).fetchall()
-            out.update({int(r[0]): blob_to_vector(r[1]) for r in rows})
-        return out
-
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
         rows = self.conn.execute(
             'SELECT id, idx, content, start, "end", page_start, page_end FROM chunks '
