@@ -162,6 +162,16 @@ def p001_initial(conn: psycopg.Connection) -> None:
     )
 
 
+@pg_migration
+def p002_document_files(conn: psycopg.Connection) -> None:
+    """The original bytes of a document whose pages can be shown (PDFs), as SQLite's m007."""
+    conn.execute(
+        "CREATE TABLE document_files ("
+        "document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE, "
+        "data BYTEA NOT NULL)"
+    )
+
+
 def migrate_pg(conn: psycopg.Connection) -> list[str]:
     """Apply pending migrations in one transaction under an advisory lock; returns the names
     applied. A second process waits for the lock, then finds nothing pending."""
@@ -399,9 +409,11 @@ class PostgresStore:
         page_starts: Sequence[int] = (0,),
         replace_id: str | None = None,
         document_id: str | None = None,
+        original: bytes | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction (``replace_id``
-        is deleted in the same one, so readers see the old version or the new, never neither)."""
+        is deleted in the same one, so readers see the old version or the new, never neither;
+        ``original`` keeps the file's bytes, for page views)."""
         if len(chunks) != len(embeddings):
             raise ValueError("every chunk needs exactly one embedding")
         if len(chunks) and embeddings.shape[1] != embed_dim:
@@ -439,6 +451,11 @@ class PostgresStore:
                 "%(chunk_overlap)s, %(created)s, %(text)s, %(page_starts)s)",
                 {**doc, "text": text, "page_starts": json.dumps(list(page_starts))},
             )
+            if original is not None:
+                raw.execute(
+                    "INSERT INTO document_files (document_id, data) VALUES (%s, %s)",
+                    (doc["id"], bytes(original)),
+                )
             self._copy_chunks(
                 raw,
                 (
@@ -514,6 +531,13 @@ class PostgresStore:
         if row is None:
             raise NotFoundError(f"No document with id {document_id!r}.")
         return row[0], json.loads(row[1])
+
+    def document_file(self, document_id: str) -> bytes | None:
+        """The original bytes kept for a document (PDFs), or None."""
+        row = self.raw.execute(
+            "SELECT data FROM document_files WHERE document_id = %s", (document_id,)
+        ).fetchone()
+        return bytes(row[0]) if row else None
 
     # -- chunks and vectors ------------------------------------------------------------------
 
@@ -770,6 +794,32 @@ class PostgresStore:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
         return rows[0]
 
+    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+        """Give a conversation a new title (its order in the list does not change)."""
+        n = self.raw.execute(
+            "UPDATE conversations SET title = %s WHERE id = %s", (title, conversation_id)
+        ).rowcount
+        if not n:
+            raise NotFoundError(f"No conversation with id {conversation_id!r}.")
+        return self.get_conversation(conversation_id)
+
+    def search_conversations(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+        """Conversations whose title or any message contains ``text`` (case-insensitive), most
+        recently updated first, each with ``matched``: the first matching message text, or ""
+        when only the title matched."""
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._dicts(
+            "SELECT c.id, c.title, c.created, c.updated, "
+            "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count, "
+            "(SELECT m.content FROM messages m WHERE m.conversation_id = c.id "
+            " AND m.content ILIKE %(p)s ORDER BY m.created, m.seq LIMIT 1) AS matched "
+            "FROM conversations c WHERE c.title ILIKE %(p)s OR EXISTS ("
+            " SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content ILIKE %(p)s) "
+            "ORDER BY c.updated DESC, c.created DESC LIMIT %(limit)s",
+            {"p": pattern, "limit": int(limit)},
+        )
+        return [{**r, "matched": r["matched"] or ""} for r in rows]
+
     def delete_conversation(self, conversation_id: str) -> bool:
         n = self.raw.execute(
             "DELETE FROM conversations WHERE id = %s", (conversation_id,)
@@ -855,6 +905,7 @@ class PostgresStore:
 # tables copied as they are (columns by name), parents before children; chunks are special
 COPIED_TABLES = (
     ("documents", "created, id"),
+    ("document_files", "document_id"),
     ("conversations", "created, id"),
     ("messages", "created, rowid"),
     ("question_sets", "created, id"),
