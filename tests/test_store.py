@@ -293,3 +293,21 @@ def test_embedding_cache_and_chunk_vectors(store):
     own = dict(store.chunk_texts_and_vectors("m", 8))
     assert np.array_equal(own[chunks[0].text], vectors[0])
     assert list(store.chunk_texts_and_vectors("other", 8)) == []
+
+
+def test_rename_search_and_original_file(store):
+    """The conversation list's rename and search, and the PDF bytes kept for page views."""
+    conv = store.create_conversation("Sourdough")
+    store.add_exchange(conv["id"], "Sourdough", "How often to feed 100% starter?", "Daily.", [])
+    store.create_conversation("Quinces")
+    assert store.rename_conversation(conv["id"], "Bread")["title"] == "Bread"
+    with pytest.raises(NotFoundError):
+        store.rename_conversation("missing", "x")
+    found = store.search_conversations("100%")  # % is text, not a wildcard
+    assert [c["id"] for c in found] == [conv["id"]] and found[0]["matched"].startswith("How")
+    assert [c["title"] for c in store.search_conversations("BREAD")] == ["Bread"]
+    assert store.search_conversations("10_%") == []
+    doc, _, _ = _add(store, "p.pdf", original=b"%PDF-1.4 bytes")
+    assert store.document_file(doc["id"]) == b"%PDF-1.4 bytes"
+    store.delete_document(doc["id"])
+    assert store.document_file(doc["id"]) is None
