@@ -29,6 +29,11 @@ whitespace-normalized):
   cites the closest sentence) or cites nothing;
 - ``invalid_citations``, answer length, latency (ask -> done, ms).
 
+``--strategies answer v1`` asks every question once per extractive strategy on the same index in
+the same run (``v1``: the sentence selector before issue 11, the baseline); each strategy's
+summary is stored under ``strategies``. Tuning split: the ``full`` articles (train); held out:
+``HELDOUT_ARTICLES`` (``--heldout``), never looked at while tuning.
+
 Data is read from ../shared/eval/squad-v1.1-dev (never copied). Results are written to
 benchmarks/results/squad_answers.json (keyed by run name: "full", "quick" or "custom").
 """
@@ -58,7 +63,10 @@ from _cache import EmbeddingCache  # noqa: E402
 from marginalia_core.citations import find_marks  # noqa: E402
 from marginalia_core.config import Settings  # noqa: E402
 from marginalia_core.ingest.pipeline import ingest_bytes  # noqa: E402
-from marginalia_core.providers.answerers.extractive import split_sentences  # noqa: E402
+from marginalia_core.providers.answerers.extractive import (  # noqa: E402
+    ExtractiveAnswerer,
+    split_sentences,
+)
 from marginalia_core.workspace import Workspace  # noqa: E402
 
 DATA = (REPO / ".." / "shared" / "eval" / "squad-v1.1-dev").resolve()
@@ -67,6 +75,8 @@ RESULTS = REPO / "benchmarks" / "results" / "squad_answers.json"
 FULL_ARTICLES = ("Normans", "Oxygen", "Kenya", "Apollo_program", "Nikola_Tesla")
 FULL_QUESTIONS = 300
 QUICK_ARTICLES = ("Normans",)
+# issue 11's held-out articles: not used by any earlier tuning either
+HELDOUT_ARTICLES = ("Geology", "Black_Death", "Steam_engine", "Immune_system", "Rhine")
 QUICK_QUESTIONS = 40
 SEED = 1234
 # how the answerer says the passages don't answer the question (it still quotes the closest)
@@ -280,9 +290,12 @@ def run(
     k: int | None = None,
     seed: int = SEED,
     verbose: bool = False,
+    strategies: Sequence[str] = (),
 ) -> tuple[dict[str, Any], list[dict]]:
     """Index ``article_ids`` into a temporary database and ask a sample of their questions.
-    Returns (summary, per-question rows). ``embedder``: reuse an already loaded one."""
+    Returns (summary, per-question rows). ``embedder``: reuse an already loaded one.
+    ``strategies``: ask them all once per extractive strategy (the first one's rows are
+    returned and summarized at the top level; each strategy's summary under ``strategies``)."""
     articles = load_articles(article_ids)
     questions = sample_questions(load_questions(article_ids), n_questions, seed)
     with tempfile.TemporaryDirectory(prefix="squad-answers-") as tmp:
@@ -295,9 +308,21 @@ def run(
             ws.__dict__["embedder"] = embedder
         try:
             indexed = index_articles(ws, articles)
-            t0 = time.perf_counter()
-            rows = ask_all(ws, questions, verbose=verbose)
-            ask_seconds = time.perf_counter() - t0
+            per_strategy: dict[str, Any] = {}
+            rows = []
+            ask_seconds = 0.0
+            for strategy in strategies or [None]:
+                if strategy is not None:
+                    ws.chat.answerer = ExtractiveAnswerer(
+                        settings, embedder=ws.embedder, strategy=strategy
+                    )
+                t0 = time.perf_counter()
+                got = ask_all(ws, questions, verbose=verbose)
+                seconds = time.perf_counter() - t0
+                if not rows:
+                    rows, ask_seconds = got, seconds
+                if strategy is not None:
+                    per_strategy[strategy] = {**summarize(got), "ask_seconds": round(seconds, 1)}
         finally:
             ws.close()
     summary = {
@@ -310,6 +335,8 @@ def run(
         **summarize(rows),
         "ask_seconds": round(ask_seconds, 1),
     }
+    if per_strategy:
+        summary["strategies"] = per_strategy
     return summary, rows
 
 
@@ -323,17 +350,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", help="results key (default: full / quick / custom)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("-v", "--verbose", action="store_true", help="every question and answer")
+    parser.add_argument("--heldout", action="store_true", help="issue 11's held-out articles")
+    parser.add_argument("--strategies", nargs="+", metavar="NAME",
+                        help="extractive strategies to compare in this run (e.g. answer v1)")
     args = parser.parse_args(argv)
 
     if args.articles:
         ids, n, name = args.articles, args.questions or FULL_QUESTIONS, "custom"
+    elif args.heldout:
+        ids, n, name = HELDOUT_ARTICLES, args.questions or FULL_QUESTIONS, "heldout11"
     elif args.quick:
         ids, n, name = QUICK_ARTICLES, args.questions or QUICK_QUESTIONS, "quick"
     else:
         ids, n, name = FULL_ARTICLES, args.questions or FULL_QUESTIONS, "full"
     name = args.name or name
     t0 = time.perf_counter()
-    summary, rows = run(ids, n, k=args.k, seed=args.seed, verbose=args.verbose)
+    summary, rows = run(ids, n, k=args.k, seed=args.seed, verbose=args.verbose,
+                        strategies=args.strategies or ())
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     summary["command"] = " ".join(
         ["python benchmarks/squad_answers.py", *(sys.argv[1:] if argv is None else argv)]

@@ -33,6 +33,15 @@ REFUSAL_TITLES = {
 }
 
 
+# Refusals a password can lift: the card asks for it (and says when a given one was wrong).
+PASSWORD_REASONS = frozenset({"encrypted", "wrong_password"})
+UNLOCK_ATTEMPTS_KEY = "unlock_attempts"
+
+
+def needs_password(outcome: IngestOutcome) -> bool:
+    return outcome.state == "refused" and outcome.reason in PASSWORD_REASONS
+
+
 def refusal_title(reason: str | None) -> str:
     return REFUSAL_TITLES.get(reason or "", "refused")
 
@@ -89,15 +98,57 @@ def outcome_label(outcome: IngestOutcome) -> str:
     return f"{name} — refused: {refusal_title(outcome.reason)}"
 
 
-def render_results(outcomes: Iterable[IngestOutcome]) -> None:
-    """Outcomes of the last batch, as finished status boxes (refusals open, with the reason)."""
-    for outcome in outcomes:
+def render_results(
+    outcomes: list[IngestOutcome],
+    ws: Workspace | None = None,
+    locked: dict[int, tuple[bytes, str | None]] | None = None,
+) -> None:
+    """Outcomes of the last batch, as finished status boxes (refusals open, with the reason).
+
+    ``locked`` maps an outcome's position to the bytes (and MIME type) of a password-protected
+    file: its card then offers a password field, and a right password indexes it in place."""
+    locked = locked if locked is not None else {}
+    for i, outcome in enumerate(outcomes):
         with st.status(outcome_label(outcome), state=_status_state(outcome),
                        expanded=outcome.state == "refused"):
             if outcome.state == "refused":
                 st.markdown(fmt.escape_inline(outcome.message))
+                if ws is not None and i in locked and needs_password(outcome):
+                    _password_form(ws, outcomes, locked, i)
             elif outcome.state == "duplicate":
                 st.markdown(fmt.escape_inline(outcome.message or f"{outcome.name} is already "
                             "indexed.") + " It was not indexed a second time.")
             else:
                 st.markdown("Ready to be asked about.")
+
+
+def _password_form(
+    ws: Workspace,
+    outcomes: list[IngestOutcome],
+    locked: dict[int, tuple[bytes, str | None]],
+    i: int,
+) -> None:
+    """A password field for one locked file. The password lives only in the run that uses it:
+    each attempt gets a fresh field (a new widget key), so Streamlit drops the old value from
+    the session, and nothing stores or logs it."""
+    name = outcomes[i].name
+    attempt = st.session_state.setdefault(UNLOCK_ATTEMPTS_KEY, 0)
+    with st.form(key=f"unlock-{i}-{attempt}", clear_on_submit=True, border=False):
+        password = st.text_input(
+            f"Password for {name}", type="password", key=f"unlock-password-{i}-{attempt}",
+            placeholder="The password that opens this PDF", autocomplete="off",
+        )
+        submitted = st.form_submit_button("Unlock and index", icon=":material/lock_open:")
+    if not submitted:
+        return
+    if not password:
+        st.warning("Type the PDF's password first.", icon=":material/key:")
+        return
+    st.session_state[UNLOCK_ATTEMPTS_KEY] = attempt + 1
+    data, mime = locked[i]
+    outcome = watch(name, ws.ingest(name, data, mime=mime, password=password), name)
+    del password
+    outcomes[i] = outcome
+    if not needs_password(outcome):
+        locked.pop(i, None)  # indexed (or refused for another reason): the bytes can go
+    st.rerun()

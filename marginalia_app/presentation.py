@@ -36,6 +36,7 @@ _ANSWER_ESCAPE = frozenset("\\[]<!$&:@")
 
 BADGE_COLOR = "blue"
 HIGHLIGHT = "orange-background"
+STEM_CHARS = 4  # term_spans: shortest term matched by prefix
 INVALID_MARK_COLOR = "red"
 
 
@@ -414,6 +415,23 @@ def passage_markdown(
     return prefix + _highlighted(display[lo:hi], shifted) + suffix
 
 
+def term_spans(content: str, terms: Sequence[str]) -> list[tuple[int, int]]:
+    """Where the query's ``terms`` occur in ``display_text(content)``, for ``passage_markdown``.
+    A word matches a term it starts with when both share at least STEM_CHARS letters, a rough
+    stand-in for the index's porter stemming ("margins" for "margin")."""
+    display = display_text(content)
+    words = [t.lower() for t in terms if t]
+    if not words:
+        return []
+    spans = []
+    for m in re.finditer(r"[^\W_]+", display):
+        w = m.group(0).lower()
+        if any(w == t or (len(t) >= STEM_CHARS and (w.startswith(t[:max(STEM_CHARS, len(t) - 2)])))
+               for t in words):
+            spans.append(m.span())
+    return spans
+
+
 def cited_window(
     content: str, spans: Sequence[tuple[int, int]], context: int = 1
 ) -> tuple[int, int] | None:
@@ -486,12 +504,25 @@ def page_label(page: int | None, page_end: int | None = None) -> str:
     return f"p. {page}"
 
 
+def ocr_label(doc: dict[str, Any]) -> str:
+    """How a document's text was read, for the library table: "" (its text layer), "OCR"
+    (every page) or "OCR, 3 of 5 pages" (a mixed PDF)."""
+    ocr = len(doc.get("ocr_pages") or ())
+    if not ocr:
+        return ""
+    pages = int(doc.get("page_count") or ocr)
+    return "OCR" if ocr >= pages else f"OCR, {ocr} of {pages} pages"
+
+
 def source_label(source: dict[str, Any], *, with_score: bool = True) -> str:
-    """Plain text "[1] report.pdf · p. 3 · 82 %" (escape before using it as markdown)."""
+    """Plain text "[1] report.pdf · p. 3 · 82 %" (escape before using it as markdown); a
+    passage read from a scan says "· OCR" after its pages."""
     parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
     pages = page_label(source.get("page"), source.get("page_end"))
     if pages:
         parts.append(pages)
+    if source.get("ocr"):
+        parts.append("OCR")
     if with_score and source.get("score") is not None:
         parts.append(percent(source.get("score")))
     return " · ".join(parts)
@@ -552,6 +583,11 @@ def stage_progress(event: dict[str, Any]) -> tuple[float, str]:
     stage = event.get("stage")
     if stage == "extracting":
         return 0.05, "Reading the file…"
+    if stage == "ocr":
+        total = int(event.get("total") or 0)
+        done = int(event.get("done") or 0)
+        share = done / total if total else 1.0
+        return 0.05 + 0.05 * share, f"Reading scanned pages by OCR {done}/{total}"
     if stage == "chunking":
         if "chunks" in event:
             return 0.15, f"Split into {event['chunks']} passages"

@@ -77,3 +77,49 @@ def split_marks(text: str, k: int) -> list[tuple[str, Mark | None, bool]]:
     if pos < len(text):
         pieces.append((text[pos:], None, False))
     return pieces
+
+
+def first_cited_order(text: str, sources: int | Collection[int]) -> list[int]:
+    """The valid source numbers in the order the text first cites them."""
+    known = (lambda n: 1 <= n <= sources) if isinstance(sources, int) else sources.__contains__
+    order: dict[int, None] = {}
+    for mark in find_marks(text):
+        for n in mark.numbers:
+            if known(n):
+                order.setdefault(n, None)
+    return list(order)
+
+
+def renumber(text: str, sources: int | Collection[int]) -> tuple[str, dict[int, int]]:
+    """The text with its valid marks renumbered from [1] in the order they are first cited, and
+    the mapping old -> new. A reader then never meets "[2] [3]" without a [1]. Numbers that
+    match no source keep their number (they stay flagged: every one is above the new count,
+    since the new count is at most the old); a mark is rewritten only when a number in it
+    changes, and a range in a changed mark is written out ("[3-4]" -> "[1, 2]")."""
+    mapping = {old: new for new, old in enumerate(first_cited_order(text, sources), start=1)}
+    if all(old == new for old, new in mapping.items()):
+        return text, mapping
+    out: list[str] = []
+    pos = 0
+    for mark in find_marks(text):
+        numbers = [mapping.get(n, n) for n in mark.numbers]
+        if tuple(numbers) == mark.numbers:
+            continue
+        out.append(text[pos : mark.start])
+        out.append("[" + ", ".join(str(n) for n in numbers) + "]")
+        pos = mark.end
+    out.append(text[pos:])
+    return "".join(out), mapping
+
+
+def renumber_sources(
+    text: str, sources: list[dict]
+) -> tuple[str, list[dict], list[int], list[int]]:
+    """(text, cited sources, valid, invalid) with the sources an answer cites renumbered from 1
+    in the order it first cites them, each source's ``n`` and the marks in the text changed
+    together; uncited sources are dropped. ``sources`` are numbered by their ``n``."""
+    by_n = {int(s["n"]): s for s in sources}
+    new_text, mapping = renumber(text, set(by_n))
+    kept = [{**by_n[old], "n": new} for old, new in sorted(mapping.items(), key=lambda p: p[1])]
+    valid, invalid = cited(new_text, {s["n"] for s in kept})
+    return new_text, kept, valid, invalid

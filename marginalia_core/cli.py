@@ -45,7 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ingest", help="index files (PDF, TXT, MD); prints stage/done/error events")
     p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--password", help="password for encrypted PDFs")
+    pw = p.add_mutually_exclusive_group()
+    pw.add_argument("--password", help="password for encrypted PDFs (visible to other users "
+                    "of this machine in the process list: prefer --password-file)")
+    pw.add_argument("--password-file", metavar="PATH",
+                    help="read the password from the first line of PATH ('-': standard input)")
     p.add_argument("--target", type=int, help="chunk size in characters (default 1400)")
     p.add_argument("--overlap", type=int, help="chunk overlap in characters (default 200)")
     _common(p)
@@ -57,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ask", help="a cited answer, streamed as meta/token/done events")
     p.add_argument("question", metavar="QUESTION")
     p.add_argument("--conversation", metavar="ID", help="continue this conversation")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--document", action="append", metavar="ID", dest="documents",
+        help="search only this document (repeatable); kept on the conversation",
+    )
+    scope.add_argument(
+        "--all-documents", action="store_true",
+        help="search every document again (clears the conversation's --document choice)",
+    )
     _common(p)
 
     p = sub.add_parser("eval", help="retrieval metrics for a question set (see qsets)")
@@ -164,10 +177,30 @@ def _stream(events_: Iterable[events.Event], out: TextIO, err: TextIO, label: st
     return status
 
 
+def _password(args: argparse.Namespace) -> str | None:
+    """The ingest password: ``--password``, or the first line of ``--password-file`` (``-`` for
+    stdin), so scripts need neither a prompt nor an environment variable."""
+    if not args.password_file:
+        return args.password
+    try:
+        if args.password_file == "-":
+            line = sys.stdin.readline()
+        else:
+            with open(args.password_file, encoding="utf-8") as fh:
+                line = fh.readline()
+    except OSError as exc:
+        raise ValueError(f"cannot read the password file: {exc.strerror or exc}") from None
+    password = line.rstrip("\r\n")
+    if not password:
+        raise ValueError("the password file is empty")
+    return password
+
+
 def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     status = EXIT_OK
+    password = _password(args)
     for path in args.files:
-        status = max(status, _stream(ws.ingest_path(path, password=args.password), out, err,
+        status = max(status, _stream(ws.ingest_path(path, password=password), out, err,
                                      "refused"))
     return status
 
@@ -196,7 +229,11 @@ def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
 
 
 def cmd_ask(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    return _stream(ws.ask(args.question, conversation_id=args.conversation), out, err, "error")
+    documents = [] if args.all_documents else args.documents  # None: the conversation's own
+    return _stream(
+        ws.ask(args.question, conversation_id=args.conversation, documents=documents),
+        out, err, "error",
+    )
 
 
 def cmd_documents(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

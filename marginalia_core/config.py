@@ -18,6 +18,20 @@ DEFAULT_MAX_UPLOAD_MB = 50
 RETRIEVAL_MODES = ("hybrid", "dense", "lexical")
 DEFAULT_RETRIEVAL_MODE = "hybrid"
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _flag(raw: str) -> bool:
+    """An on/off setting: 1/0, true/false, yes/no, on/off (any case)."""
+    value = str(raw).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(raw)
+
+
 # env var -> (field, converter)
 _ENV = {
     "MARGINALIA_DB": ("db_path", str),
@@ -32,6 +46,7 @@ _ENV = {
     "MARGINALIA_RETRIEVAL": ("retrieval_mode", str),
     "MARGINALIA_TOP_K": ("top_k", int),
     "MARGINALIA_THRESHOLD": ("threshold", float),
+    "MARGINALIA_FUSION_ALPHA": ("fusion_alpha", float),
     "MARGINALIA_CHUNK_TARGET": ("chunk_target", int),
     "MARGINALIA_CHUNK_OVERLAP": ("chunk_overlap", int),
     "MARGINALIA_MAX_UPLOAD_MB": ("max_upload_mb", float),
@@ -44,6 +59,7 @@ _ENV = {
     "MARGINALIA_EMBED_MODEL": ("embed_model", str),
     "MARGINALIA_OPENAI_TIMEOUT": ("openai_timeout_s", float),
     "MARGINALIA_OPENAI_CONCURRENCY": ("openai_concurrency", int),
+    "MARGINALIA_OCR": ("ocr", _flag),
 }
 
 
@@ -60,6 +76,7 @@ class Settings:
     retrieval_mode: str = DEFAULT_RETRIEVAL_MODE
     top_k: int = DEFAULT_TOP_K
     threshold: float | None = None  # None: the embedder's own default
+    fusion_alpha: float | None = None  # hybrid weight of the cosine; None: lexical.ALPHA
     chunk_target: int = 1400
     chunk_overlap: int = 200
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
@@ -70,6 +87,7 @@ class Settings:
     embed_model: str | None = None  # the openai embedder's model (MARGINALIA_EMBED_MODEL)
     openai_timeout_s: float = 60.0  # per request / between streamed chunks
     openai_concurrency: int = 2  # embedding batches in flight; local servers queue beyond this
+    ocr: bool = True  # read PDF pages without a text layer by OCR (when the engine is installed)
 
     @property
     def keyed(self) -> bool:

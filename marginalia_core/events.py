@@ -25,6 +25,7 @@ class Source(TypedDict, total=False):
     score: float
     excerpt: str
     content: str
+    ocr: bool  # text read from a scan by OCR (absent in sources saved before issue 12)
 
 
 class MetaEvent(TypedDict):
@@ -33,6 +34,7 @@ class MetaEvent(TypedDict):
     title: str
     sources: list[Source]
     query: NotRequired[str]  # what was actually searched (a follow-up is rewritten)
+    documents: list[str] | None  # the document ids searched; None = all
 
 
 class TokenEvent(TypedDict):
@@ -42,13 +44,17 @@ class TokenEvent(TypedDict):
 
 class DoneEvent(TypedDict, total=False):
     """End of a stream. Chat: ``message_id``, ``conversation_id``, ``citations``,
-    ``invalid_citations``. Ingestion: ``file``, ``document``, ``duplicate``. CLI: ``deleted``."""
+    ``invalid_citations``, ``answer`` and ``sources`` (as saved: renumbered in the order the
+    answer first cites them). Ingestion: ``file``, ``document``, ``duplicate``. CLI:
+    ``deleted``."""
 
     type: Literal["done"]
     message_id: str
     conversation_id: str
     citations: list[int]
     invalid_citations: list[int]
+    answer: str
+    sources: list[Source]
     file: str
     document: dict[str, Any]
     duplicate: bool
@@ -86,13 +92,20 @@ Event = ChatEvent | StageEvent
 
 
 def meta(
-    conversation_id: str, title: str, sources: list[Source], *, query: str | None = None
+    conversation_id: str,
+    title: str,
+    sources: list[Source],
+    *,
+    query: str | None = None,
+    documents: list[str] | None = None,
 ) -> MetaEvent:
+    """``documents``: the ids the question was limited to; None (always present) = all."""
     event: MetaEvent = {
         "type": "meta", "conversation_id": conversation_id, "title": title, "sources": sources
     }
     if query is not None:
         event["query"] = query
+    event["documents"] = documents
     return event
 
 

@@ -17,6 +17,7 @@ import hashlib
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ import numpy as np
 
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.retrieval import evaluation as ev
-from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Retriever
+from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
 from marginalia_core.store import question_sets as qs
 from marginalia_core.store.sqlite import Store
 
@@ -101,6 +102,39 @@ class RetrievalLab:
             return "".join(line + "\n" for line in qs.write_jsonl(qset))
         raise qs.QuestionSetError(f"Unknown export format {fmt!r}: use jsonl or csv.")
 
+    def import_upload(
+        self, files: dict[str, bytes], *, name: str, replace: bool = False
+    ) -> qs.QuestionSetSummary:
+        """Import uploaded files (file name -> bytes): a ``.csv`` (question, document, page), a
+        ``.jsonl`` export, or BEIR's ``queries.jsonl`` with a qrels ``.tsv``."""
+        if not name.strip():
+            raise qs.QuestionSetError("Give the imported question set a name.")
+        if not files:
+            raise qs.QuestionSetError("Choose a file to import.")
+        folder = Path(tempfile.mkdtemp(prefix="marginalia-import-"))
+        try:
+            paths = {}
+            for fname, data in files.items():
+                path = folder / Path(fname).name
+                path.write_bytes(data)
+                paths[path.suffix.lower()] = path
+            qrels = paths.get(".tsv")
+            if qrels is not None:
+                queries = paths.get(".jsonl")
+                if queries is None:
+                    raise qs.QuestionSetError(
+                        "A BEIR import needs queries.jsonl next to the qrels .tsv file."
+                    )
+                return self.import_set(queries, name=name.strip(), qrels=qrels, replace=replace)
+            if len(paths) != 1:
+                raise qs.QuestionSetError(
+                    "Import one .csv or .jsonl file, or a BEIR queries.jsonl with its .tsv."
+                )
+            return self.import_set(next(iter(paths.values())), name=name.strip(),
+                                   replace=replace)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def add_question(
         self, set_name: str, question: str, chunk_ids: list[int], *, by: str = "span"
     ) -> qs.QuestionSetSummary:
@@ -133,7 +167,7 @@ class RetrievalLab:
     def default_config(self) -> ev.EvalConfig:
         s = self.ws.settings
         return ev.EvalConfig(
-            mode=s.retrieval_mode, threshold=s.threshold, top_k=s.top_k,
+            mode=s.retrieval_mode, threshold=s.threshold, top_k=s.top_k, alpha=s.fusion_alpha,
             chunk_target=s.chunk_target, chunk_overlap=s.chunk_overlap,
             embedder=self.ws.embedder.key,
         )
@@ -197,6 +231,19 @@ class RetrievalLab:
     def config(self, name: str) -> ev.EvalConfig:
         return ev.EvalConfig.from_dict(self.sets.config(name))
 
+    def apply(self, config: ev.EvalConfig) -> Iterator[dict[str, Any]]:
+        """"Apply to Chat": the configuration becomes this library's retrieval settings (saved
+        in the database); documents chunked otherwise are re-indexed (the events of each)."""
+        return self.ws.apply_settings({
+            "retrieval_mode": config.mode, "threshold": config.threshold,
+            "top_k": config.top_k, "fusion_alpha": config.alpha,
+            "chunk_target": config.chunk_target, "chunk_overlap": config.chunk_overlap,
+        })
+
+    def applied(self) -> ev.EvalConfig:
+        """The configuration Chat uses now (the applied settings over the defaults)."""
+        return self.default_config()
+
     def compare(
         self, set_name: str, a: str | ev.EvalConfig, b: str | ev.EvalConfig, *, progress=None,
         cancel=None,
@@ -224,7 +271,21 @@ class RetrievalLab:
         """The score table for ``query``: per candidate cosine, BM25, fused score and its rank
         in each list. Moving ``alpha`` (the keyword weight is 1 - alpha) re-ranks the cached
         candidates without embedding the query again."""
-        key = (query, self.ws.store.generation())
+        return self.retriever.explain(query, threshold=threshold, alpha=alpha,
+                                      cands=self._candidates(query))
+
+    def search(
+        self, query: str, *, mode: str | None = None, threshold: float | None = None,
+        k: int | None = None, alpha: float | None = None,
+    ) -> list[Hit]:
+        """What search returns with these settings, from the same cached candidates as
+        ``explain`` (moving a control embeds nothing again)."""
+        ranked = self.retriever.rank(self._candidates(query), mode=mode, threshold=threshold,
+                                     k=self.ws.settings.top_k if k is None else k, alpha=alpha)
+        return self.retriever.hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
+
+    def _candidates(self, query: str) -> Candidates:
+        key = (query, self.ws.store.generation(), self.ws.embedder.key)
         with self._lock:
             cands = self._explained.get(key)
         if cands is None:
@@ -233,7 +294,7 @@ class RetrievalLab:
                 if len(self._explained) >= EXPLAIN_CACHE:
                     self._explained.pop(next(iter(self._explained)))
                 self._explained[key] = cands
-        return self.retriever.explain(query, threshold=threshold, alpha=alpha, cands=cands)
+        return cands
 
     # -- scratch indexes ----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from marginalia_core import events
-from marginalia_core.config import Settings, load_settings
+from marginalia_core.config import RETRIEVAL_MODES, Settings, load_settings
 from marginalia_core.errors import EmbedderMismatchError, InvalidInputError, NotFoundError
 from marginalia_core.ingest import pipeline
 from marginalia_core.ingest.chunking import Chunk, chunk_stats, chunk_text, effective_overlap
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 Reindex = Literal["stale", "all"]
 MAX_TITLE_CHARS = 120
+# What "Apply to Chat" saves per library (migration m010): Settings fields a lab configuration
+# fixes. Environment variables stay the defaults underneath.
+APPLIED_FIELDS = ("retrieval_mode", "threshold", "top_k", "fusion_alpha", "chunk_target",
+                  "chunk_overlap")
 
 
 @dataclass(frozen=True)
@@ -46,17 +50,71 @@ class Workspace:
     def __init__(self, settings: Settings | None = None, *, embedder: Embedder | None = None):
         """``embedder``: an already loaded one to share (the app keeps one per embedding
         setting, so choosing another chat model does not load the embedding model again)."""
-        self.settings = settings or load_settings()
+        self.defaults = settings or load_settings()  # environment / secrets / built-in
+        self._settings: Settings | None = None
+        self._mark: str | None = None
         self._lock = threading.Lock()
         if embedder is not None:
             self.__dict__["embedder"] = embedder
 
     # ------------------------------------------------------------------ wiring
 
+    @property
+    def settings(self) -> Settings:
+        """The defaults with the retrieval settings applied to this library on top; read
+        again when another Workspace (process, session) applied new ones."""
+        mark = self._applied_mark()
+        if self._settings is None or mark != self._mark:
+            self._mark = mark
+            self._use(self.defaults.with_overrides(**self.applied_settings()))
+        return self._settings
+
+    def _applied_mark(self) -> str | None:
+        """The applied settings' whole content (a handful of short rows): cheap to compare."""
+        rows = self.store.conn.execute(
+            "SELECT key, value FROM library_settings ORDER BY key"
+        ).fetchall()
+        return ";".join(f"{k}={v}" for k, v in rows) or None
+
     @cached_property
     def store(self) -> LibraryStore:
         """SQLite at ``MARGINALIA_DB``, or PostgreSQL when ``MARGINALIA_DATABASE_URL`` is set."""
-        return open_store(self.settings)
+        return open_store(self.defaults)
+
+    def applied_settings(self) -> dict[str, Any]:
+        """The settings "Apply to Chat" saved for this library (only the ones it fixes)."""
+        from marginalia_core.store.question_sets import QuestionSets
+
+        saved = QuestionSets(self.store).applied_settings()
+        return {k: saved[k] for k in APPLIED_FIELDS if saved.get(k) is not None}
+
+    def apply_settings(self, values: dict[str, Any]) -> Iterator[events.IngestEvent]:
+        """Save retrieval settings for this library, so Chat (and new uploads) use them;
+        re-index, one transaction each, the documents whose chunking differs (their events).
+        An empty ``values`` restores the defaults."""
+        from marginalia_core.store.question_sets import QuestionSets
+
+        unknown = sorted(set(values) - set(APPLIED_FIELDS))
+        if unknown:
+            raise ValueError(f"not a retrieval setting: {', '.join(unknown)}")
+        kept = {k: v for k, v in values.items() if v is not None}
+        merged = self.defaults.with_overrides(**kept)
+        if merged.retrieval_mode not in RETRIEVAL_MODES:
+            raise ValueError(f"retrieval mode must be one of {', '.join(RETRIEVAL_MODES)}")
+        QuestionSets(self.store).apply_settings(kept)
+        self._mark = self._applied_mark()
+        self._use(merged)
+        target, overlap = merged.chunk_target, effective_overlap(
+            merged.chunk_target, merged.chunk_overlap)
+        differ = [d["id"] for d in self.documents()
+                  if (d["chunk_target"], d["chunk_overlap"]) != (target, overlap)]
+        return self.reindex_many(differ, target=target, overlap=overlap)
+
+    def _use(self, settings: Settings) -> None:
+        self._settings = settings
+        for name in ("retriever", "chat"):
+            if name in self.__dict__:
+                self.__dict__[name].settings = settings
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -247,9 +305,16 @@ class Workspace:
         k: int | None = None,
         threshold: float | None = None,
         mode: str | None = None,
+        alpha: float | None = None,
+        documents: Iterable[str] | None = None,
     ) -> list[Hit]:
-        """The passages an answer would be given, best first."""
-        return self.retriever.search(query, k=k, threshold=threshold, mode=mode)
+        """The passages an answer would be given, best first (``alpha``: hybrid weight of the
+        cosine, None = the library's setting; ``documents``: only those)."""
+        self.settings  # noqa: B018 - picks up settings applied elsewhere
+        return self.retriever.search(
+            query, k=k, threshold=threshold, mode=mode, alpha=alpha,
+            documents=None if documents is None else list(documents),
+        )
 
     def sources(self, hits: list[Hit]) -> list[events.Source]:
         """Hits numbered from 1 as the sources of an answer."""
@@ -268,9 +333,36 @@ class Workspace:
         *,
         k: int | None = None,
         threshold: float | None = None,
+        documents: Iterable[str] | None = None,
     ) -> Iterator[events.ChatEvent]:
-        """A cited answer as events: ``meta``, ``token``..., then ``done`` or ``error``."""
-        return self.chat.ask(question, conversation_id, k=k, threshold=threshold)
+        """A cited answer as events: ``meta``, ``token``..., then ``done`` or ``error``,
+        retrieved with the library's applied settings (also those applied elsewhere).
+
+        ``documents`` limits the search to those document ids and is kept on the conversation
+        for its next questions (an empty list: all documents again); None uses the
+        conversation's own choice (all, for a new conversation). ``meta`` carries the
+        ``query`` actually searched and the ``documents`` searched; ``done`` the final
+        ``answer`` and ``sources``, renumbered in the order the answer first cites them."""
+        self.settings  # noqa: B018 - picks up settings applied elsewhere
+        return self.chat.ask(
+            question, conversation_id, k=k, threshold=threshold,
+            documents=None if documents is None else list(documents),
+        )
+
+    def conversation_documents(self, conversation_id: str) -> list[str] | None:
+        """The document ids a conversation is limited to, or None for all documents (a
+        chosen document deleted since drops out; when none is left, all documents)."""
+        return self.store.get_conversation(conversation_id)["documents"]
+
+    def set_conversation_documents(
+        self, conversation_id: str, documents: Iterable[str] | None
+    ) -> list[str] | None:
+        """Limit a stored conversation to some documents (None or empty: all). Unknown ids
+        are refused (``NotFoundError``), nothing changed. For a conversation not stored yet,
+        pass ``documents`` to ``ask``. Returns the scope now in force."""
+        ids = self.chat.checked_documents(list(documents or ()))
+        self.store.set_conversation_documents(conversation_id, ids)
+        return self.conversation_documents(conversation_id)
 
     def conversations(self) -> list[dict[str, Any]]:
         """Conversations, most recently updated first."""

@@ -17,9 +17,10 @@ from marginalia_app import passages as margin
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import index_samples
 from marginalia_app.samples import SAMPLE_QUESTIONS, samples_in_library
-from marginalia_app.shell import DOCUMENTS_PAGE, page
+from marginalia_app.shell import DOCUMENTS_PAGE, INSPECTOR_PAGE, page
 from marginalia_core.citations import cited
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.providers.answerers.prompting import NO_SOURCES_ANSWER
 
 ws = page()
 state = st.session_state
@@ -52,6 +53,16 @@ def _on_pick(mid: str) -> None:
             state[key] = None
 
 
+def _scope_key(cid: str | None) -> str:
+    return f"scope-{cid or 'new'}"
+
+
+def _on_scope(cid: str | None) -> None:
+    """The document choice changed: a stored conversation keeps it for its next questions."""
+    if cid:
+        ws.set_conversation_documents(cid, state.get(_scope_key(cid)) or None)
+
+
 def _queue(question: str) -> None:
     state["queued_question"] = question
 
@@ -70,7 +81,40 @@ def _page_view(source: dict[str, Any], sentences: list[str]) -> margin.PageView 
     return margin.page_view(ws, source, sentences)
 
 
-def render_margin(messages: list[dict[str, Any]], focus_id: str | None) -> None:
+def render_scope(cid: str | None, documents: list[dict[str, Any]]) -> list[str] | None:
+    """"Search in": the documents this conversation's questions search (all by default).
+    Returns the chosen ids, or None for all."""
+    if len(documents) < 2:
+        return None
+    key = _scope_key(cid)
+    known = {d["id"] for d in documents}
+    if key not in state:
+        state[key] = list(ws.conversation_documents(cid) or []) if cid else []
+    state[key] = [i for i in state[key] if i in known]  # a deleted document drops out
+    names = {d["id"]: d["name"] for d in documents}
+    st.multiselect(
+        "Search in",
+        [d["id"] for d in documents],
+        format_func=lambda i: fmt.escape_inline(names.get(i, i), 50),
+        key=key,
+        on_change=_on_scope,
+        args=(cid,),
+        placeholder="All documents",
+        help="Limit this conversation's questions to some documents; empty: all of them.",
+    )
+    return list(state[key]) or None
+
+
+def scope_caption(chosen: list[str] | None) -> str:
+    if not chosen:
+        return "Searching all documents."
+    names = {d["id"]: d["name"] for d in ws.documents()}
+    listed = ", ".join(fmt.escape_inline(names.get(i, i), 40) for i in chosen)
+    return f"Searching only {listed}."
+
+
+def render_margin(messages: list[dict[str, Any]], focus_id: str | None,
+                  scope: list[str] | None = None) -> None:
     """Every answer's cards (so a mark in any answer can open its card); the focused answer's
     group shows by default, with its PDF page views."""
     mimes = _mimes()
@@ -91,12 +135,16 @@ def render_margin(messages: list[dict[str, Any]], focus_id: str | None) -> None:
         ))
     with st.container(key="margin"):
         st.markdown("##### In the margin", anchors=False)
+        st.caption(scope_caption(scope))
         st.html(margin.margin_html(groups))
 
 
-def render_live_margin(sources: list[dict[str, Any]], question: str) -> None:
+def render_live_margin(
+    sources: list[dict[str, Any]], question: str, scope: list[str] | None = None
+) -> None:
     with st.container(key="margin"):
         st.markdown("##### In the margin", anchors=False)
+        st.caption(scope_caption(scope))
         if not sources:
             st.caption("No passage matched.")
             return
@@ -118,6 +166,9 @@ def render_answer_block(message: dict[str, Any]) -> None:
             f":red[:material/warning:] {listed} in this answer "
             f"{'does' if len(invalid) == 1 else 'do'} not match any retrieved passage."
         )
+    if not sources and message["content"] == NO_SOURCES_ANSWER:
+        st.page_link(INSPECTOR_PAGE, label="Open the retrieval settings Chat uses",
+                     icon=":material/tune:")
     if sources:
         by_n = {s["n"]: s for s in sources}
         mimes = _mimes()
@@ -248,6 +299,9 @@ if not messages and not question and not error:
 elif cid and messages:
     render_conversation_header(ws.conversation(cid), len(messages))
 
+library = ws.documents()
+scope = render_scope(cid, library) if library else None
+
 left, right = st.columns([3, 2], gap="large")
 
 with left:
@@ -268,7 +322,7 @@ if not question:
     focused = next((m for m in answers if m["id"] == focus_id), answers[-1] if answers else None)
     if focused is not None:
         with right:
-            render_margin(messages, focused["id"])
+            render_margin(messages, focused["id"], scope)
     st.stop()
 
 # ---- a new question: stream the answer, then show the saved exchange
@@ -277,7 +331,8 @@ with left:
     with st.chat_message("user"):
         st.markdown(fmt.escape_multiline(question))
     with st.chat_message("assistant"):
-        events = ws.ask(question, cid)
+        # a stored conversation searches its own documents; a new one those chosen above
+        events = ws.ask(question, cid, documents=None if cid else (scope or []))
         with st.spinner("Searching your documents…"):
             first = next(events, None)
         if first is None or first["type"] == "error":
@@ -287,7 +342,7 @@ with left:
             st.stop()
         sources = first.get("sources") or []
         with right:
-            render_live_margin(sources, question)
+            render_live_margin(sources, question, first.get("documents") or scope)
         renderer = fmt.AnswerStream(len(sources))
         outcome: dict[str, Any] = {}
 
@@ -310,6 +365,7 @@ with left:
             state["cid"] = end.get("conversation_id") or first["conversation_id"]
             state["focus"] = end["message_id"]
             state.pop("open_n", None)
+            state.pop(_scope_key(None), None)  # the next new conversation starts with all
             _bump_scope()
             st.rerun()
         new_cid = first.get("conversation_id")

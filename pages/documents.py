@@ -7,7 +7,13 @@ import pandas as pd
 import streamlit as st
 
 from marginalia_app import presentation as fmt
-from marginalia_app.ingest_view import index_samples, ingest_one, render_results, watch
+from marginalia_app.ingest_view import (
+    index_samples,
+    ingest_one,
+    needs_password,
+    render_results,
+    watch,
+)
 from marginalia_app.passages import has_pages
 from marginalia_app.samples import samples_in_library
 from marginalia_app.shell import page
@@ -35,6 +41,7 @@ def _delete(ids: list[str]) -> None:
 
 def _clear_results() -> None:
     state.pop("upload_results", None)
+    state.pop("locked_files", None)
 
 
 st.title("Documents", anchor=False)
@@ -74,6 +81,9 @@ files = st.file_uploader(
 if files:
     results = [ingest_one(ws, f.name, f.getvalue(), f.type) for f in files]
     state["upload_results"] = results
+    # password-protected files keep their bytes (this session only) for the card's password field
+    state["locked_files"] = {i: (f.getvalue(), f.type) for i, (f, r) in
+                             enumerate(zip(files, results)) if needs_password(r)}
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
     st.rerun()
 
@@ -82,6 +92,7 @@ documents = ws.documents()
 if state.get("index_samples_docs"):
     state.pop("index_samples_docs")
     state["upload_results"] = index_samples(ws)
+    state.pop("locked_files", None)
     st.rerun()
 
 results = state.get("upload_results")
@@ -98,7 +109,7 @@ if results:
     head.markdown(f"**Last upload:** {', '.join(summary)}")
     head.button("Clear", key="clear_results", type="tertiary", icon=":material/close:",
                 on_click=_clear_results)
-    render_results(results)
+    render_results(results, ws, state.setdefault("locked_files", {}))
 
 # ---- the library
 st.subheader("Your library", anchor=False)
@@ -124,6 +135,7 @@ table = pd.DataFrame(
             "Size": fmt.format_size(d["size"]),
             "Passages": d["chunk_count"],
             "Pages": d["page_count"] if has_pages(d["mime"]) else None,  # none in a text file
+            "Text": fmt.ocr_label(d) or ("text layer" if has_pages(d["mime"]) else "text"),
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
             "Searchable": ws.is_searchable(d),
@@ -143,6 +155,9 @@ st.dataframe(
         "Document": st.column_config.TextColumn(width="medium"),
         "Passages": st.column_config.NumberColumn(help="Chunks of about 1,400 characters"),
         "Added": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
+        "Text": st.column_config.TextColumn(
+            help="Read from the PDF's text layer, or recognised from scanned pages by OCR"
+        ),
         "Searchable": st.column_config.CheckboxColumn(
             help="Indexed by the active embedder, so it takes part in search"
         ),

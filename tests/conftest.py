@@ -204,6 +204,19 @@ def workspace(settings: Settings, local_embedder):
 
 
 @pytest.fixture
+def samples_ws(workspace):
+    """The offline workspace with the three sample documents of ``samples/`` indexed."""
+    from marginalia_app.samples import sample_files
+
+    files = sample_files()
+    assert files, "samples/ holds the sample documents"
+    for path in files:
+        events = list(workspace.ingest_path(path))
+        assert events[-1]["type"] == "done", events[-1]
+    return workspace
+
+
+@pytest.fixture
 def gemini_settings(db_path: Path, database_url, fake_gemini) -> Settings:
     return Settings(
         db_path=str(db_path),

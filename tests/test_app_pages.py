@@ -378,7 +378,7 @@ def test_sample_documents_from_the_documents_page(app_env):
 # --------------------------------------------------------------------------- inspector
 
 
-def test_inspector_scores_every_chunk_with_a_threshold_and_histogram(app_env, workspace):
+def test_inspector_explains_every_candidate_with_a_threshold_and_histogram(app_env, workspace):
     seed(workspace, *samples())
     total = sum(d["chunk_count"] for d in workspace.store.list_documents())
     at = start(INSPECTOR)
@@ -386,29 +386,46 @@ def test_inspector_scores_every_chunk_with_a_threshold_and_histogram(app_env, wo
     assert not at.exception
 
     table = full_table(at)
-    assert list(table.columns[:8]) == [
-        "document", "chunk", "page", "score", "rank", "passes", "bm25", "excerpt"
+    assert list(table.columns) == [
+        "returned", "document", "page", "hybrid score", "hybrid rank", "cosine",
+        "meaning rank", "bm25", "keyword rank", "passes", "excerpt",
     ]
-    assert len(table) == total
-    assert table["score"].is_monotonic_decreasing
+    explained = workspace.lab.explain(FERMAT)
+    assert len(table) == len(explained) == total  # a small library: every passage is a candidate
+    assert table["hybrid score"].is_monotonic_decreasing  # hybrid: ordered by its score
+    assert table["hybrid rank"].tolist() == list(range(1, total + 1))
     slider = at.slider(key="inspector_threshold")
     assert slider.value == pytest.approx(DEFAULT_THRESHOLD)
-    passing = int((table["score"] >= DEFAULT_THRESHOLD).sum())
-    assert metric(at, "Chunks passing") == f"{passing} of {total}"
-    assert table["passes"].tolist() == (table["score"] >= DEFAULT_THRESHOLD).tolist()
+    scores = workspace.score_table(FERMAT)
+    passing = sum(r["score"] >= DEFAULT_THRESHOLD for r in scores)
+    assert metric(at, "Passages passing") == f"{passing} of {total}"
     assert at.get("vega_lite_chart")  # the score histogram with the threshold rule
 
     slider.set_value(0.5).run()
     table = full_table(at)
-    assert metric(at, "Chunks passing") == f"{int((table['score'] >= 0.5).sum())} of {total}"
-    assert table["passes"].tolist() == (table["score"] >= 0.5).tolist()
+    assert metric(at, "Passages passing") == f"{sum(r['score'] >= 0.5 for r in scores)} of {total}"
+    rescued = {r.chunk_id for r in explained if r.rescued}
+    assert table["passes"].tolist() == [
+        c >= 0.5 or r.chunk_id in rescued
+        for c, r in zip(table["cosine"], sorted(explained, key=lambda r: r.fused_rank))
+    ]
 
-    # the mode selector shows what search() would return
+    # the method selector shows what search returns, and orders the table by its own rank
+    labels = {"dense": "Meaning only", "lexical": "Keywords only", "hybrid": "Meaning + keywords"}
     for mode in ("dense", "lexical", "hybrid"):
         at.button_group(key="inspector_mode").set_value(mode).run()
         assert not at.exception
         hits = workspace.retriever.search(FERMAT, mode=mode, threshold=0.5)
-        assert metric(at, f"{mode.capitalize()} search returns") == str(len(hits))
+        assert metric(at, f"{labels[mode]} returns") == str(len(hits))
+        table = full_table(at)
+        returned = table.dropna(subset=["returned"])
+        assert sorted(returned["returned"].astype(int)) == list(range(1, len(hits) + 1))
+    at.button_group(key="inspector_mode").set_value("dense").run()
+    assert full_table(at)["meaning rank"].tolist() == list(range(1, total + 1))
+
+    # the whole top passage, matched words highlighted
+    shown = [m.value for m in at.markdown if ":orange-background[**" in m.value]
+    assert shown and "Fermat" in shown[0]
 
 
 def test_chunking_lab_previews_and_reindexes(app_env, workspace):
@@ -418,11 +435,12 @@ def test_chunking_lab_previews_and_reindexes(app_env, workspace):
     assert len(expected) > doc["chunk_count"]
 
     at = start(INSPECTOR)
+    at.button_group(key="inspector_section").set_value("Passage size").run()
     assert at.button(key="lab_reindex").disabled  # nothing changed yet
     at.number_input(key=f"lab-target-{doc['id']}").set_value(500)
     at.number_input(key=f"lab-overlap-{doc['id']}").set_value(100).run()
     assert not at.exception
-    assert metric(at, "Chunks") == str(len(expected))
+    assert metric(at, "Passages") == str(len(expected))
     preview = next(d.value for d in at.dataframe if "overlap" in d.value.columns)
     assert preview["length"].tolist() == [len(c.text) for c in expected]
     assert preview["start"].tolist() == [c.start for c in expected]

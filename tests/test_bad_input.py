@@ -733,3 +733,115 @@ def _print_figures():
         print("\n[bad-input figures]")
         for key, value in FIGURES.items():
             print(f"  {key}: {value}")
+
+
+# ----------------------------------------------------------------------- passwords (issue 12)
+
+LOCKED = "sf__libreoffice-writer-password.pdf"
+LOCKED_PASSWORD = "openpassword"  # MANIFEST.tsv
+WRONG_PASSWORD = "not-the-pass-9317"
+
+
+def _plain(markdown: str) -> str:
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def _stored_bytes(db: Path) -> bytes:
+    """Every byte SQLite may hold for the database: the file and its WAL/journal."""
+    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*") if p.is_file())
+
+
+@pytest.fixture
+def locked_pdf() -> bytes:
+    path = PDFS / LOCKED
+    if not path.exists():
+        pytest.skip(f"{path} is not present (../shared/eval is read-only shared data)")
+    return path.read_bytes()
+
+
+def test_refusal_card_asks_for_the_password_and_indexes_with_the_right_one(
+    tmp_path, monkeypatch, caplog, locked_pdf
+):
+    import logging
+
+    import streamlit as stl
+    from streamlit.testing.v1 import AppTest
+
+    db = tmp_path / "app.db"
+    monkeypatch.setenv("MARGINALIA_DB", str(db))
+    monkeypatch.setenv("MARGINALIA_EMBEDDER", "local")
+    monkeypatch.setenv("MARGINALIA_ANSWERER", "extractive")
+    stl.cache_resource.clear()
+    caplog.set_level(logging.DEBUG)
+    try:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+        at.switch_page("pages/documents.py").run()
+        at.file_uploader[0].set_value([(LOCKED, locked_pdf, "application/pdf")]).run()
+        assert not at.exception
+        card = next(s for s in at.status if "refused: password-protected" in s.label)
+        assert "is password-protected" in _plain(card.markdown[0].value)
+        field = next(t for t in at.text_input if t.label.startswith("Password for"))
+        assert field.proto.type == field.proto.PASSWORD  # typed as dots, never echoed
+
+        field.input(WRONG_PASSWORD)
+        next(b for b in at.button if b.label == "Unlock and index").click().run()
+        assert not at.exception
+        (card,) = at.status
+        assert "refused: wrong password" in card.label
+        assert any("is not correct" in _plain(m.value) for m in card.markdown)
+        field = next(t for t in at.text_input if t.label.startswith("Password for"))
+        assert field.value == ""  # the form cleared it
+        assert len(at.dataframe) == 0  # nothing indexed
+
+        field.input(LOCKED_PASSWORD)
+        next(b for b in at.button if b.label == "Unlock and index").click().run()
+        assert not at.exception
+        (card,) = at.status
+        assert "indexed: 1 passage, 1 page" in card.label and card.state == "complete"
+        assert not [t for t in at.text_input if t.label.startswith("Password for")]
+        assert at.dataframe[0].value["Document"].tolist() == [LOCKED]
+        kept = repr(at.session_state)  # every session value, widgets included
+        assert LOCKED_PASSWORD not in kept and WRONG_PASSWORD not in kept
+    finally:
+        stl.cache_resource.clear()
+    stored = _stored_bytes(db)
+    assert stored and LOCKED_PASSWORD.encode() not in stored
+    assert WRONG_PASSWORD.encode() not in stored
+    logged = caplog.text
+    assert LOCKED_PASSWORD not in logged and WRONG_PASSWORD not in logged
+
+
+def test_cli_password_file_and_stdin_index_an_encrypted_pdf(tmp_path, locked_pdf):
+    pdf = tmp_path / LOCKED
+    pdf.write_bytes(locked_pdf)
+    db = tmp_path / "cli.db"
+
+    def ingest(*extra: str, stdin: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "marginalia_core", "ingest", str(pdf), "--db", str(db),
+             *extra], input=stdin, capture_output=True, text=True, env=offline_cli_env(),
+            timeout=300,
+        )
+
+    bare = ingest()
+    assert bare.returncode == 1 and "password-protected" in bare.stderr
+    wrong = ingest("--password-file", "-", stdin=WRONG_PASSWORD + "\n")
+    assert wrong.returncode == 1 and "is not correct" in wrong.stderr
+    assert json.loads(wrong.stdout.splitlines()[-1])["reason"] == "wrong_password"
+    secret = tmp_path / "pw.txt"
+    secret.write_text(LOCKED_PASSWORD + "\n", encoding="utf-8")
+    right = ingest("--password-file", str(secret))
+    assert right.returncode == 0, right.stderr
+    assert json.loads(right.stdout.splitlines()[-1])["type"] == "done"
+    stdin_run = ingest("--password-file", "-", stdin=LOCKED_PASSWORD + "\n")
+    assert stdin_run.returncode == 0 and '"duplicate":true' in stdin_run.stdout
+    for run in (bare, wrong, right, stdin_run):
+        assert LOCKED_PASSWORD not in run.stdout + run.stderr
+        assert WRONG_PASSWORD not in run.stdout + run.stderr
+        assert "Traceback" not in run.stderr
+    stored = _stored_bytes(db)
+    assert LOCKED_PASSWORD.encode() not in stored and WRONG_PASSWORD.encode() not in stored
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    refused = ingest("--password-file", str(empty))
+    assert refused.returncode == 2 and "password file is empty" in refused.stderr

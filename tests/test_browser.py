@@ -286,7 +286,7 @@ def test_upload_ask_click_citation_and_inspect(page):
 
     # Inspector: every chunk scored; the threshold slider moves with the keyboard
     go(page, "Retrieval Inspector")
-    query = page.get_by_label("Query")
+    query = page.get_by_label("Question", exact=True)
     query.fill("What did Fermat write in the margin?")
     query.press("Enter")
     idle(page)
@@ -306,6 +306,7 @@ def test_upload_ask_click_citation_and_inspect(page):
     after = passing.inner_text()
     assert before != after, "moving the threshold did not change how many chunks pass"
     expect(page.locator('[data-testid="stVegaLiteChart"]').first).to_be_visible()
+    page.locator(".st-key-inspector_passage").scroll_into_view_if_needed()  # table + passage
     page.wait_for_timeout(800)
     screenshot(page, "screenshot-inspector.png")
 

@@ -11,6 +11,7 @@ import pytest
 
 from marginalia_core.chat.engine import HISTORY, TITLE_CHARS, ChatEngine, make_title
 from marginalia_core.config import Settings
+from marginalia_core.errors import NotFoundError
 from marginalia_core.ingest.pipeline import ingest_bytes
 from marginalia_core.providers.answerers.gemini import GeminiAnswerer
 from marginalia_core.providers.answerers.prompting import (
@@ -187,7 +188,7 @@ def test_follow_up_retrieves_with_the_previous_question(docs):
     assert follow[0]["sources"][0]["document_name"] == "mill.txt"
     assert text_of(follow) != text_of(first)  # something new, not the same sentences
     assert retrieval_query("and in 1990?", [{"role": "user", "content": "The mill?"}]) == (
-        "The mill?\nand in 1990?"
+        "and in 1990? (mill)"
     )
     assert retrieval_query("Who keeps bees?", [{"role": "user", "content": "The mill?"}]) == (
         "Who keeps bees?"
@@ -209,12 +210,16 @@ def test_only_cited_sources_are_saved_and_out_of_range_marks_flagged(gemini_ws, 
 
     user, assistant = ws.store.messages(done["conversation_id"])
     assert assistant["id"] == done["message_id"] and assistant["role"] == "assistant"
-    assert assistant["content"] == "The mill dates from 1851 [2]. Bees make honey [1][2]. See [7]."
+    # renumbered from [1] in the order first cited; [7] has no passage, stays as it is
+    assert assistant["content"] == "The mill dates from 1851 [1]. Bees make honey [2][1]. See [7]."
+    assert done["answer"] == assistant["content"] and done["sources"] == assistant["sources"]
     saved = {s["n"]: s for s in assistant["sources"]}
-    assert set(saved) == {1, 2}  # [7] has no passage; uncited passages are not kept
+    assert set(saved) == {1, 2}  # uncited passages are not kept
     by_n = {s["n"]: s for s in events[0]["sources"]}
+    retrieved_as = {1: 2, 2: 1}  # new number -> the number meta gave it
     for n, s in saved.items():  # a reloaded conversation maps each mark to its passage
-        assert s["content"] == by_n[n]["content"] and s["document_name"] == by_n[n]["document_name"]
+        old = by_n[retrieved_as[n]]
+        assert s["content"] == old["content"] and s["document_name"] == old["document_name"]
     assert user["content"] == "Tell me about the mill and the bees" and user["sources"] == []
 
 
@@ -378,3 +383,116 @@ def test_saved_sources_are_plain_json(docs):
 def test_engine_can_be_built_from_parts(docs):
     engine = ChatEngine(docs.store, docs.retriever, docs.answerer, docs.settings)
     assert run(engine, "When was the mill built?")[-1]["type"] == "done"
+
+
+# ------------------------------------------------------------------ follow-ups (issue 11)
+def test_a_follow_up_is_answered_about_itself_and_keeps_its_searched_query(samples_ws):
+    first = run(samples_ws, "What temperature and humidity are best for old books?")
+    conv = first[-1]["conversation_id"]
+    follow = run(samples_ws, "and what about light?", conv)
+    assert_shape(follow, "done")
+    query = follow[0]["query"]
+    assert query.startswith("and what about light?") and "books" in query  # topic carried
+    answer = text_of(follow)
+    assert answer.startswith("Keep books out of direct sunlight")  # about light, not heat
+    saved = samples_ws.messages(conv)
+    assert [m["query"] for m in saved] == [
+        None, "What temperature and humidity are best for old books?", None, query
+    ]
+
+
+def test_a_standalone_question_in_a_conversation_is_not_rewritten(docs):
+    conv = run(docs, "When was the mill built?")[-1]["conversation_id"]
+    events = run(docs, "How many bees live in a strong colony?", conv)
+    assert events[0]["query"] == "How many bees live in a strong colony?"
+
+
+def test_gemini_rewrites_a_follow_up_in_one_short_call(gemini_ws, fake_gemini):
+    ws = gemini_ws()
+    ingest(ws, "mill.txt", MILL)
+    ingest(ws, "bees.txt", BEES)
+    conv = run(ws, "When was the mill built?")[-1]["conversation_id"]
+    fake_gemini.reset()
+    fake_gemini.set_answer('"What happened to the mill in 1912?"\n')  # the rewrite call
+    fake_gemini.stream_script(["A flood destroyed its wheel [1]."])  # the answer
+    events = run(ws, "and what happened to it in 1912?", conv)
+    assert_shape(events, "done")
+    assert events[0]["query"] == "What happened to the mill in 1912?"  # unquoted, one line
+    rewrite = fake_gemini.requests_for("generate")
+    assert len(rewrite) == 1
+    sent = json.dumps(rewrite[0].body)
+    assert "When was the mill built?" in sent and "standalone search query" in sent
+    assert ws.messages(conv)[-1]["query"] == "What happened to the mill in 1912?"
+
+
+def test_a_failed_gemini_rewrite_falls_back_to_the_offline_rewrite(gemini_ws, fake_gemini):
+    ws = gemini_ws()
+    ingest(ws, "mill.txt", MILL)
+    conv = run(ws, "When was the mill built?")[-1]["conversation_id"]
+    fake_gemini.reset()
+    fake_gemini.fail_next(500, endpoint="generate")
+    events = run(ws, "and what happened to it in 1912?", conv)
+    assert_shape(events, "done")
+    assert events[0]["query"] == "and what happened to it in 1912? (mill, built)"
+    assert len(fake_gemini.requests_for("generate")) == 1  # no retries for a rewrite
+
+
+# ------------------------------------------------------------------ document scope (issue 11)
+def ids_by_name(ws: Workspace) -> dict[str, str]:
+    return {d["name"]: d["id"] for d in ws.documents()}
+
+
+@pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
+def test_every_retrieval_mode_honours_the_document_scope(docs, mode):
+    ids = ids_by_name(docs)
+    both = docs.search("mill bees honey wheat", mode=mode, threshold=0.0)
+    assert {h.document_name for h in both} == {"mill.txt", "bees.txt"}
+    only = docs.search("mill bees honey wheat", mode=mode, threshold=0.0,
+                       documents=[ids["bees.txt"]])
+    assert only and {h.document_name for h in only} == {"bees.txt"}
+    assert docs.search("mill", mode=mode, documents=[]) == []  # an empty scope finds nothing
+
+
+def test_ask_with_documents_limits_and_keeps_the_scope(docs):
+    ids = ids_by_name(docs)
+    events = list(docs.ask("When was the mill built?", documents=[ids["bees.txt"]]))
+    assert events[0]["documents"] == [ids["bees.txt"]]
+    assert "mill.txt" not in {s["document_name"] for s in events[0]["sources"]}
+    conv = events[0]["conversation_id"]
+    assert docs.conversation_documents(conv) == [ids["bees.txt"]]
+    # the next question keeps it; a new choice replaces it; an empty one is all again
+    nxt = list(docs.ask("How many bees are in a colony?", conv))
+    assert nxt[0]["documents"] == [ids["bees.txt"]]
+    assert list(docs.ask("When was the mill built?", conv, documents=[]))[0]["documents"] is None
+    assert docs.conversation_documents(conv) is None
+
+
+def test_set_conversation_documents_refuses_unknown_ids_and_survives_reindex(docs):
+    ids = ids_by_name(docs)
+    conv = run(docs, "When was the mill built?")[-1]["conversation_id"]
+    assert docs.conversation_documents(conv) is None  # all documents by default
+    assert docs.set_conversation_documents(conv, [ids["mill.txt"]]) == [ids["mill.txt"]]
+    with pytest.raises(NotFoundError, match="nope"):
+        docs.set_conversation_documents(conv, [ids["bees.txt"], "nope"])
+    assert docs.conversation_documents(conv) == [ids["mill.txt"]]  # unchanged
+    with pytest.raises(NotFoundError):
+        docs.set_conversation_documents("0" * 32, [ids["mill.txt"]])
+    assert list(docs.reindex(ids["mill.txt"], target=300, overlap=50))[-1]["type"] == "done"
+    assert docs.conversation_documents(conv) == [ids["mill.txt"]]  # same id after re-indexing
+    docs.delete_document(ids["mill.txt"])
+    assert docs.conversation_documents(conv) is None  # nothing chosen is left: all documents
+
+
+def test_an_unknown_document_is_an_error_and_nothing_is_saved(docs):
+    events = list(docs.ask("When was the mill built?", documents=["nope"]))
+    assert [e["type"] for e in events] == ["error"] and "nope" in events[0]["message"]
+    assert counts(docs.store) == (0, 0)
+
+
+def test_extractive_answers_are_saved_renumbered_from_one(docs):
+    events = run(docs, "When did the bees make honey and when was the mill built?", k=2)
+    done = events[-1]
+    assert done["citations"][0] == 1 and done["citations"] == list(range(1, len(done["citations"]) + 1))
+    saved = docs.messages(done["conversation_id"])[-1]
+    assert saved["content"] == done["answer"]
+    assert [s["n"] for s in saved["sources"]] == done["citations"]

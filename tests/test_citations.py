@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from marginalia_core.citations import cited, find_marks, pending_tail, split_marks
+from marginalia_core.citations import (
+    cited,
+    find_marks,
+    pending_tail,
+    renumber,
+    renumber_sources,
+    split_marks,
+)
 
 
 @pytest.mark.parametrize(
@@ -90,3 +97,32 @@ def test_split_marks_flags_invalid_marks_so_they_are_never_links():
         ("[1, 8]", False),  # one bad number spoils the mark
     ]
     assert "".join(seg for seg, _, _ in pieces) == "A [1] b [7] c [1, 8]."
+
+
+# ------------------------------------------------------------------ renumbering (issue 11)
+@pytest.mark.parametrize(
+    "text, k, expected",
+    [
+        ("A [2]. B [3]. C [2].", 4, "A [1]. B [2]. C [1]."),
+        ("A [1]. B [2].", 3, "A [1]. B [2]."),  # already in order: unchanged
+        ("A [3][1]. B [1, 3].", 3, "A [1][2]. B [2, 1]."),
+        ("A [3-4]. B [2].", 4, "A [1, 2]. B [3]."),  # a changed range is written out
+        ("A [2]. See [9] and [0].", 4, "A [1]. See [9] and [0]."),  # unknown marks stay
+        ("A [2, 9].", 4, "A [1, 9]."),
+        ("No marks at all.", 4, "No marks at all."),
+    ],
+)
+def test_renumber_in_first_cited_order(text, k, expected):
+    assert renumber(text, k)[0] == expected
+
+
+def test_renumbered_sources_follow_their_marks():
+    sources = [{"n": n, "content": f"passage {n}"} for n in (1, 2, 3, 4)]
+    text, kept, valid, invalid = renumber_sources("X [3]. Y [1][3]. Z [7].", sources)
+    assert text == "X [1]. Y [2][1]. Z [7]."
+    assert [(s["n"], s["content"]) for s in kept] == [(1, "passage 3"), (2, "passage 1")]
+    assert (valid, invalid) == ([1, 2], [7])
+    assert sources[2]["n"] == 3  # the caller's sources are not changed
+    # marks of a renumbered answer still flag what matches no kept source
+    flags = [ok for _, mark, ok in split_marks(text, len(kept)) if mark]
+    assert flags == [True, True, True, False]

@@ -62,7 +62,8 @@ def test_ask_prints_meta_tokens_done_as_ndjson(indexed):
     code, lines, err = indexed("ask", "When was the mill built?")
     assert code == 0 and err == ""
     meta, *tokens, done = lines
-    assert set(meta) == {"type", "conversationId", "title", "sources", "query"}
+    assert set(meta) == {"type", "conversationId", "title", "sources", "query", "documents"}
+    assert meta["documents"] is None  # every document
     assert meta["query"] == "When was the mill built?"
     assert meta["type"] == "meta" and meta["title"] == "When was the mill built?"
     source = meta["sources"][0]
@@ -108,6 +109,54 @@ def test_ask_continues_a_conversation_and_the_listing_commands(indexed):
     assert code == cli.EXIT_REFUSED and lines == [] and "No conversation" in err
     code, _, err = indexed("delete-conversation", conv)
     assert code == cli.EXIT_REFUSED and "No conversation" in err
+
+
+BEES = (
+    "Honey bees live in colonies with a single queen. Worker bees collect nectar from flowers "
+    "and turn it into honey, which they store in wax combs. A strong colony can hold sixty "
+    "thousand bees in summer, and the mill's old orchard was full of their hives."
+)
+
+
+def test_ask_document_limits_the_search_and_the_conversation_keeps_it(indexed, tmp_path):
+    bees = tmp_path / "bees.txt"
+    bees.write_text(BEES, encoding="utf-8")
+    assert indexed("ingest", str(bees))[0] == 0
+    ids = {d["name"]: d["id"] for d in indexed("documents")[1]}
+
+    # the mill question, limited to the bees: the mill's own document is never searched
+    code, lines, err = indexed("ask", "When was the mill built?", "--document", ids["bees.txt"])
+    assert code == 0, err
+    meta, done = lines[0], lines[-1]
+    assert meta["documents"] == [ids["bees.txt"]]
+    assert {s["documentName"] for s in meta["sources"]} <= {"bees.txt"}
+    assert "1851" not in "".join(e.get("text", "") for e in lines)
+    conv = meta["conversationId"]
+
+    # the next question of the conversation keeps the choice without repeating it
+    code, lines, _ = indexed("ask", "How many bees can a colony hold?", "--conversation", conv)
+    assert code == 0 and lines[0]["documents"] == [ids["bees.txt"]]
+    assert {s["documentName"] for s in lines[0]["sources"]} == {"bees.txt"}
+    head = indexed("conversation", conv)[1][0]
+    assert head["documents"] == [ids["bees.txt"]]
+
+    # repeatable; --all-documents clears it
+    code, lines, _ = indexed("ask", "When was the mill built?", "--conversation", conv,
+                             "--document", ids["mill.txt"], "--document", ids["bees.txt"])
+    assert code == 0 and lines[0]["documents"] == [ids["mill.txt"], ids["bees.txt"]]
+    assert lines[0]["sources"][0]["documentName"] == "mill.txt"
+    code, lines, _ = indexed("ask", "When was the mill built?", "--conversation", conv,
+                             "--all-documents")
+    assert code == 0 and lines[0]["documents"] is None
+    assert indexed("conversation", conv)[1][0]["documents"] is None
+    assert done["type"] == "done"
+
+
+def test_ask_with_an_unknown_document_is_refused_and_saves_nothing(indexed):
+    code, lines, err = indexed("ask", "When was the mill built?", "--document", "nope")
+    assert code == cli.EXIT_REFUSED
+    assert [e["type"] for e in lines] == ["error"] and "nope" in err
+    assert indexed("conversations")[1] == []
 
 
 def test_ask_with_no_documents(cli_run):

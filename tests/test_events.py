@@ -30,7 +30,7 @@ def test_to_wire_camelcases_every_key_recursively():
                                      "chunk_id": 7}], query="q")
     wire = json.loads(events.to_json(event))
     assert wire == {"type": "meta", "conversationId": "c1", "title": "t", "query": "q",
-                    "sources": [{"n": 1, "documentName": "a.md", "pageEnd": 2, "chunkId": 7}]}
+                    "documents": None, "sources": [{"n": 1, "documentName": "a.md", "pageEnd": 2, "chunkId": 7}]}
     assert event["conversation_id"] == "c1"  # Python keeps snake_case
 
 
@@ -64,11 +64,12 @@ def test_cli_ask_and_ingest_output_matches_the_contract(tmp_path):
     assert set(ingest[-1]) >= {"type", "file", "document", "duplicate"}
     asked = run("ask", "When was the mill built?")
     meta, *tokens, done = asked
-    assert set(meta) == {"type", "conversationId", "title", "sources", "query"}
+    assert set(meta) == {"type", "conversationId", "title", "sources", "query", "documents"}
     assert set(meta["sources"][0]) == {"n", "chunkId", "documentId", "documentName", "idx",
-                                       "page", "pageEnd", "score", "excerpt", "content"}
+                                       "page", "pageEnd", "score", "excerpt", "content", "ocr"}
     assert tokens and all(set(t) == {"type", "text"} for t in tokens)
-    assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations"}
+    assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations",
+                         "answer", "sources"}
     for event in ingest + asked:
         bad = {k for k in _keys(event, set()) if not CAMEL.match(k)}
         assert not bad, f"non-camelCase keys on the wire: {bad}"

@@ -369,3 +369,112 @@ def test_every_refusal_is_an_extraction_error_with_a_reason():
         with pytest.raises(ExtractionError) as err:
             extract(name, data)
         assert err.value.reason != "error" and name in str(err.value)
+
+
+# ------------------------------------------------- cleaning printing leftovers (issue 12)
+
+BODY = [
+    [
+        "The river Jordan.12 rises on the slopes of Mount Hermon and runs south",
+        "through the valley; its water is a stop-the-",
+        "world resource for every farm on its banks, and irri-",
+        "gation canals carry it far from the main channel.",
+    ],
+    [
+        "Dates ripen in the heat of late summer and are dried in the sun.",
+        "A table of yields: 3.20 tonnes per hectare, see pp.20 for the method.",
+        "",
+        "Olive groves need little water but a great deal of patience.",
+    ],
+    [
+        "Wheat is sown after the first rains and harvested in early spring.",
+        "Barley tolerates salt better than wheat does, so it grows nearer the sea.",
+    ],
+    [
+        "Figs were among the first fruits people cultivated in the region.",
+        "They are eaten fresh, dried, or pressed into cakes for the winter.",
+    ],
+    [
+        "Pomegranates keep for months in a cool store and travel well.",
+        "Their juice was used as a dye for leather and cloth.",
+    ],
+    [
+        "Almond trees flower in late winter, weeks before the last frost.",
+        "A late frost can take the whole crop in a single night.",
+    ],
+]
+PROOF_STAMPS = ("4TH PASS PAGES", "FRUITS OF THE VALLEY", "Chapter Two", ".qxd", "* * * *")
+
+
+def _proof_pdf() -> bytes:
+    """Six pages printed as layout proofs: stamp, alternating running heads, body, an ornament
+    row, page number, a .qxd stamp and margin line numbers drawn last."""
+    from pdfmaker import lines_page, text_pdf
+
+    pages = []
+    for n, body in enumerate(BODY, start=1):
+        head = "FRUITS OF THE VALLEY" if n % 2 == 0 else "Chapter Two"
+        items = [(72, 770, 8, "4TH PASS PAGES"), (72, 750, 9, head),
+                 *lines_page([*body, "", "* * * *"] if n == 2 else body),
+                 (300, 50, 9, str(n + 56)),
+                 (72, 30, 6, f"valley_ch02.qxd 5/2/07 10:14 AM Page {n + 56}")]
+        items += [(40, 725 - 17 * (k - 1), 7, str(k)) for k in (5, 10, 15)]
+        pages.append(items)
+    return text_pdf(pages)
+
+
+def test_proof_leftovers_are_removed_and_the_page_map_stays_exact():
+    result = extract("proofs.pdf", _proof_pdf())
+    assert result.page_count == 6
+    for stamp in PROOF_STAMPS:
+        assert stamp not in result.text, stamp
+    lines = result.text.split("\n")
+    assert not [ln for ln in lines if ln.strip().isdigit()]  # page and margin line numbers
+    bounds = [*result.page_starts, len(result.text)]
+    for i, body in enumerate(BODY):
+        page = result.text[bounds[i]:bounds[i + 1]]
+        assert page.startswith(body[0].replace("Jordan.12", "Jordan.[12]")), (i, page[:80])
+        assert body[-1].split()[-1] in page  # each page ends with its own last word
+    first = result.text[: bounds[1]]
+    assert "stop-the-world resource" in first  # a compound keeps its hyphen
+    assert "irrigation canals" in first  # a word split at the line end is whole again
+    second = result.text[bounds[1]:bounds[2]]
+    assert "3.20 tonnes" in second and "pp.20 for" in second  # numbers that are not markers
+
+
+def test_without_cleanup_the_leftovers_are_there(monkeypatch):
+    """The switch the benchmark uses, and proof that the test above had something to remove."""
+    monkeypatch.setattr(extraction, "CLEAN_PAGES", False)
+    text = extract("proofs.pdf", _proof_pdf()).text
+    assert all(stamp in text for stamp in PROOF_STAMPS)
+
+
+def test_pages_that_repeat_their_whole_text_keep_it():
+    from marginalia_core.ingest.cleanup import clean_pages
+
+    assert clean_pages(["Example\nhabibi"] * 4) == ["Example\nhabibi"] * 4
+
+
+def test_a_column_of_numbers_inside_a_page_is_content():
+    from marginalia_core.ingest.cleanup import clean_pages
+
+    prose = ["The survey visited site {s} in spring.", "Three plots were sampled there.",
+             "Yields per plot, in sacks:"]
+    after = ["The sandy plot did worst.", "Rain fell twice in May at {s}.", "See the map."]
+    pages = ["\n".join([*prose, "12", "7", "31", "4", *after]).format(s=s) for s in "ABC"]
+    cleaned = clean_pages(pages)
+    assert all("\n12\n7\n31\n4\n" in page for page in cleaned)
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("river Jordan.20 He crossed", "river Jordan.[20] He crossed"),
+    ("as they said,3 and left", "as they said,[3] and left"),
+    ("priced at 3.20 each", "priced at 3.20 each"),
+    ("see pp.20 and vol.3", "see pp.20 and vol.3"),
+    ("ornaments ❧ ❧ ❧ between", "ornaments between"),
+    ("leaders ........ 57", "leaders 57"),
+])
+def test_line_cleanup(line, expected):
+    from marginalia_core.ingest.cleanup import clean_line
+
+    assert clean_line(line) == expected

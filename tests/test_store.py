@@ -311,3 +311,40 @@ def test_rename_search_and_original_file(store):
     assert store.document_file(doc["id"]) == b"%PDF-1.4 bytes"
     store.delete_document(doc["id"])
     assert store.document_file(doc["id"]) is None
+
+
+def test_m006_upgrades_a_library_with_conversations(db_path):
+    """A library made before m006 keeps its conversations: each searches every document, its
+    earlier answers have no saved query and are renumbered from [1] like new ones."""
+    store = Store(db_path)
+    with store.write() as conn:  # back to the schema before m006
+        conn.execute("ALTER TABLE conversations DROP COLUMN documents")
+        conn.execute("ALTER TABLE messages DROP COLUMN query")
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm006_conversation_scope'")
+        conn.execute("INSERT INTO conversations (id, title, created, updated) "
+                     "VALUES ('c1', 'old', '2026-01-01', '2026-01-01')")
+        conn.execute("INSERT INTO messages (id, conversation_id, role, content, sources, created) "
+                     "VALUES ('m1', 'c1', 'assistant', 'a [1]', '[]', '2026-01-01')")
+        conn.execute(
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created) VALUES "
+            "('m2', 'c1', 'assistant', 'b [3]. c [2][3]. d [9].', ?, '2026-01-02')",
+            ('[{"n": 2, "content": "two"}, {"n": 3, "content": "three"}]',),
+        )
+    store.close()
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    assert migrate(conn) == ["m006_conversation_scope"]
+    conn.close()
+
+    store = Store(db_path)
+    assert store.get_conversation("c1")["documents"] is None
+    first, second = store.messages("c1")
+    assert first["query"] is None and first["content"] == "a [1]"
+    # saved before renumbering existed: renumbered like new answers, unknown [9] left as it is
+    assert second["content"] == "b [1]. c [2][1]. d [9]."
+    assert second["sources"] == [{"n": 1, "content": "three"}, {"n": 2, "content": "two"}]
+    doc, _, _ = _add(store)
+    store.set_conversation_documents("c1", [doc["id"], doc["id"]])
+    assert store.get_conversation("c1")["documents"] == [doc["id"]]  # de-duplicated
+    store.set_conversation_documents("c1", [])
+    assert store.get_conversation("c1")["documents"] is None
+    store.close()

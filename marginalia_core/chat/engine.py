@@ -6,21 +6,30 @@ complete, with only the sources the answer actually cites (each with its ``n``, 
 conversation maps every mark to its passage); a failed, interrupted or abandoned answer (the
 consumer closing the generator) saves nothing, not even a new conversation's row.
 
-With no passage above the threshold the engine says so itself; no model is called. Follow-ups
-retrieve with the previous question borrowed (``prompting.retrieval_query``) and send the last
-``HISTORY`` messages as user/model turns, the earlier answers without their ``[n]`` marks (those
+With no passage above the threshold the engine says so itself; no model is called. A
+follow-up ("and what about light?") is searched rewritten: by the answerer's ``rewrite_query``
+when it has one (Gemini: one short call), else, or when that fails, by the offline
+``prompting.rewrite_follow_up`` (the topic words of the last exchange carried along). ``meta``'s
+``query`` and the saved answer's ``query`` are what was searched. The last ``HISTORY`` messages
+go to the answerer as user/model turns, earlier answers without their ``[n]`` marks (those
 numbered other sources).
+
+Citations are renumbered when the answer is complete: the sources it cites become [1], [2], ...
+in the order it first cites them, the marks in the text with them (``citations.renumber``); the
+tokens stream with ``meta``'s numbering, and ``done`` carries the final ``answer`` and
+``sources``, which is also what is saved. A conversation can be limited to some documents
+(``documents``), kept on the conversation and honoured by every retrieval mode.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from marginalia_core import events
-from marginalia_core.citations import MARK_RE, cited
+from marginalia_core.citations import MARK_RE, renumber_sources
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, NotFoundError
 from marginalia_core.providers.answerers.base import Answerer
@@ -28,11 +37,12 @@ from marginalia_core.providers.answerers.prompting import (
     NO_DOCUMENTS_ANSWER,
     NO_SOURCES_ANSWER,
     build_system_instruction,
-    retrieval_query,
+    is_follow_up,
+    rewrite_follow_up,
 )
 from marginalia_core.retrieval.retriever import Retriever
 from marginalia_core.store.base import LibraryStore
-from marginalia_core.store.sqlite import new_id
+from marginalia_core.store.sqlite import KEEP, Keep, new_id
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +79,11 @@ class ChatEngine:
         *,
         k: int | None = None,
         threshold: float | None = None,
+        documents: Sequence[str] | None = None,
     ) -> Iterator[events.ChatEvent]:
+        """Answer ``question`` as events. ``documents`` limits this question and the
+        conversation from now on to those document ids (empty: all documents again); None
+        keeps the conversation's own choice (all, for a new one)."""
         question = (question or "").strip()
         if not question:
             yield events.error("Ask a question first: the message is empty.", "empty")
@@ -82,9 +96,13 @@ class ChatEngine:
             )
             return
         try:
-            conversation_id, title, history = self._conversation(conversation_id, question)
-            query = retrieval_query(question, history)
-            hits = self.retriever.search(query, k=k, threshold=threshold)
+            conversation_id, title, history, scope = self._conversation(conversation_id, question)
+            chosen: list[str] | None | Keep = KEEP
+            if documents is not None:
+                chosen = self.checked_documents(documents)
+                scope = chosen
+            query = self.rewrite(question, history)
+            hits = self.retriever.search(query, k=k, threshold=threshold, documents=scope)
         except MarginaliaError as exc:
             yield events.error(exc.message, exc.reason)
             return
@@ -94,7 +112,7 @@ class ChatEngine:
             return
 
         sources = [hit.as_source(n) for n, hit in enumerate(hits, start=1)]
-        yield events.meta(conversation_id, title, sources, query=query)
+        yield events.meta(conversation_id, title, sources, query=query, documents=scope)
 
         if not sources:
             answer = NO_SOURCES_ANSWER if len(self.retriever.index) else NO_DOCUMENTS_ANSWER
@@ -102,7 +120,9 @@ class ChatEngine:
             if mismatch and not len(self.retriever.index):
                 answer = mismatch.message
             yield events.token(answer)
-            yield from self._finish(conversation_id, title, question, answer, sources)
+            yield from self._finish(
+                conversation_id, title, question, answer, sources, query=query, documents=chosen
+            )
             return
 
         parts: list[str] = []
@@ -143,24 +163,63 @@ class ChatEngine:
                 conversation_id=conversation_id,
             )
             return
-        yield from self._finish(conversation_id, title, question, answer, sources)
+        yield from self._finish(
+            conversation_id, title, question, answer, sources, query=query, documents=chosen
+        )
+
+    def rewrite(self, question: str, history: list[dict[str, str]]) -> str:
+        """The query a question is searched with. Only a follow-up is rewritten: by the
+        answerer's model when it offers ``rewrite_query``, falling back to the offline rewrite
+        when the call fails or its reply is unusable."""
+        if not history or not is_follow_up(question):
+            return question
+        model_rewrite = getattr(self.answerer, "rewrite_query", None)
+        if model_rewrite is not None:
+            try:
+                query = model_rewrite(question, history)
+            except Exception as exc:  # any failure: the offline rewrite still answers
+                log.warning("follow-up rewrite failed (%s); using the offline rewrite",
+                            type(exc).__name__)
+                query = None
+            if query:
+                return query
+        return rewrite_follow_up(question, history).query
+
+    def checked_documents(self, documents: Sequence[str]) -> list[str] | None:
+        """The document ids a question is limited to (None: all), refusing unknown ids."""
+        ids = list(dict.fromkeys(str(d).strip() for d in documents if str(d).strip()))
+        if not ids:
+            return None
+        missing = self.store.missing_documents(ids)
+        if missing:
+            raise NotFoundError(
+                f"No document with id {missing[0]!r}"
+                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                + ". See the document ids with `documents` or on the Documents page."
+            )
+        return ids
 
     def _conversation(
         self, conversation_id: str | None, question: str
-    ) -> tuple[str, str, list[dict[str, str]]]:
-        """(id, title, history) for this question. A new conversation gets its id now but is
-        only stored with its first complete answer; so an id that ``meta`` announced for an
-        answer that then failed is still good for the retry, which starts it."""
+    ) -> tuple[str, str, list[dict[str, str]], list[str] | None]:
+        """(id, title, history, document scope) for this question. A new conversation gets its
+        id now but is only stored with its first complete answer; so an id that ``meta``
+        announced for an answer that then failed is still good for the retry, which starts it."""
         if not conversation_id:
-            return new_id(), make_title(question), []
+            return new_id(), make_title(question), [], None
         try:
-            title = self.store.get_conversation(conversation_id)["title"]
+            conversation = self.store.get_conversation(conversation_id)
         except NotFoundError:
             if not ID_RE.match(conversation_id):
                 raise
-            return conversation_id, make_title(question), []
+            return conversation_id, make_title(question), [], None
         messages = self.store.messages(conversation_id, limit=HISTORY)
-        return conversation_id, title, [history_turn(m) for m in messages]
+        return (
+            conversation_id,
+            conversation["title"],
+            [history_turn(m) for m in messages],
+            conversation["documents"],
+        )
 
     def _finish(
         self,
@@ -169,11 +228,15 @@ class ChatEngine:
         question: str,
         answer: str,
         sources: list[events.Source],
+        *,
+        query: str,
+        documents: list[str] | None | Keep,
     ) -> Iterator[events.ChatEvent]:
-        valid, invalid = cited(answer, len(sources))
-        keep = [s for s in sources if s["n"] in valid]
+        answer, keep, valid, invalid = renumber_sources(answer, sources)
         try:
-            _, message = self.store.add_exchange(conversation_id, title, question, answer, keep)
+            _, message = self.store.add_exchange(
+                conversation_id, title, question, answer, keep, query=query, documents=documents
+            )
         except Exception as exc:
             log.exception("saving the answer failed")
             yield events.error(
@@ -187,4 +250,6 @@ class ChatEngine:
             conversation_id=conversation_id,
             citations=valid,
             invalid_citations=invalid,
+            answer=answer,
+            sources=keep,
         )

@@ -33,6 +33,8 @@ from marginalia_core.errors import (
     UnsupportedTypeError,
     WrongPasswordError,
 )
+from marginalia_core.ingest import ocr as ocr_engine
+from marginalia_core.ingest.cleanup import clean_pages
 
 PDF_MIME = "application/pdf"
 TEXT_MIME = "text/plain"
@@ -67,6 +69,9 @@ MAX_TEXT_CHARS = 20_000_000
 MIN_ALNUM_PER_PAGE = 5
 # Join "hyphen-\nated" words split across PDF lines (only when a lower-case letter follows).
 DEHYPHENATE = True
+# Remove printing leftovers (running heads, stamps, page/line numbers, ornaments) page by page
+# (ingest/cleanup.py); off only to measure what it does (benchmarks/pdf_cleanup.py).
+CLEAN_PAGES = True
 # Decoded text with more control characters than this is a binary file, not text.
 MAX_CONTROL_RATIO = 0.05
 # Legacy (non-UTF-8) text is decoded as Windows-1252. Cyrillic/Greek/CJK legacy files also
@@ -101,6 +106,8 @@ _BINARY_MAGIC: tuple[tuple[bytes, str, str], ...] = (
 _MAGIC_DESCRIPTION = {mime: what for _, mime, what in _BINARY_MAGIC}
 _MAGIC_DESCRIPTION[PDF_MIME] = "a PDF"
 OCTET_STREAM = "application/octet-stream"
+
+log = logging.getLogger(__name__)
 
 _PYPDF_LOGGER = "pypdf"
 # pypdf logs recoverable damage at ERROR; we report what matters as our own typed errors
@@ -151,7 +158,8 @@ _DROP_BINARY_CONTROLS = str.maketrans(
 _HSPACE_RUN = re.compile(r"[^\S\n]+")
 _SPACE_AROUND_NEWLINE = re.compile(r" ?\n ?")
 _MANY_NEWLINES = re.compile(r"\n{3,}")
-_HYPHEN_BREAK = re.compile(r"([^\W\d_])-\n([^\W\d_])")
+# The word before a line-end hyphen (with any hyphens of its own) and the letter after.
+_HYPHEN_BREAK = re.compile(r"([^\W\d_]+(?:-[^\W\d_]+)*)-\n([^\W\d_])")
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,7 @@ class Extracted:
     page_starts: list[int]
     page_count: int
     skipped_pages: tuple[int, ...] = ()  # 1-based pages pypdf could not read (PDF only)
+    ocr_pages: tuple[int, ...] = ()  # 1-based pages whose text came from OCR (PDF only)
 
 
 def _base_name(name: str) -> str:
@@ -235,12 +244,16 @@ def extract(
     mime: str | None = None,
     password: str | None = None,
     max_bytes: int | None = None,
+    ocr: bool = True,
+    ocr_progress: ocr_engine.Progress | None = None,
 ) -> Extracted:
     """Extract ``data`` (the bytes of file ``name``) or raise an ExtractionError.
 
     Checks run cheapest first, so a huge or unsupported file is refused before any parsing.
     ``mime`` is only a hint for names without an extension (browsers report it unreliably).
     A ``.txt``/``.md`` whose bytes are a PDF is refused as mislabelled, not parsed as a PDF.
+    PDF pages without a text layer are OCR'd when ``ocr`` is on and the engine is installed;
+    ``ocr_progress(done, total)`` is called after each such page.
     """
     data = bytes(data)
     name = _base_name(name) or "This file"
@@ -265,7 +278,7 @@ def extract(
             raise MislabelledFileError(
                 f"{name} is named .pdf but is not a PDF (it looks like {what})."
             )
-        return _extract_pdf(name, data, password)
+        return _extract_pdf(name, data, password, ocr=ocr, ocr_progress=ocr_progress)
     if actual == PDF_MIME:
         raise MislabelledFileError(
             f"{name} is named {_extension(name) or 'as text'} but is a PDF; rename it to .pdf "
@@ -357,8 +370,12 @@ def _too_much_text(name: str) -> TooLargeError:
 
 
 def _dehyphenate(match: re.Match[str]) -> str:
+    """"hyphen-\nated" -> "hyphenated"; a compound already hyphenated keeps the line-end
+    hyphen ("stop-the-\nworld" -> "stop-the-world", not "stop-theworld")."""
     before, after = match.group(1), match.group(2)
-    return before + after if after.islower() else match.group(0)
+    if not after.islower():
+        return match.group(0)
+    return f"{before}-{after}" if "-" in before else before + after
 
 
 def normalize_pdf_text(text: str) -> str:
@@ -446,7 +463,14 @@ def _too_many_pages(name: str, page_count: int) -> TooLargeError:
     )
 
 
-def _extract_pdf(name: str, data: bytes, password: str | None) -> Extracted:
+def _extract_pdf(
+    name: str,
+    data: bytes,
+    password: str | None,
+    *,
+    ocr: bool = True,
+    ocr_progress: ocr_engine.Progress | None = None,
+) -> Extracted:
     reader = _open_pdf(name, data, password)
     declared = _declared_page_count(reader)
     if declared is not None and declared > MAX_PAGES:
@@ -461,10 +485,8 @@ def _extract_pdf(name: str, data: bytes, password: str | None) -> Extracted:
     if page_count > MAX_PAGES:
         raise _too_many_pages(name, page_count)
 
-    parts: list[str] = []
-    page_starts: list[int] = []
+    page_texts: list[str] = []
     skipped: list[int] = []
-    length = 0
     first_error: BaseException | None = None
     for number in range(page_count):
         try:
@@ -473,7 +495,22 @@ def _extract_pdf(name: str, data: bytes, password: str | None) -> Extracted:
             skipped.append(number + 1)
             first_error = first_error or err
             raw = ""
-        page_text = normalize_pdf_text(raw)
+        page_texts.append(normalize_pdf_text(raw))
+    if len(skipped) == page_count:
+        raise _corrupt(name, _plain_detail(first_error) if first_error else "")
+
+    ocr_pages: tuple[int, ...] = ()
+    empty = [i for i, t in enumerate(page_texts)
+             if i + 1 not in skipped and not _has_alnum(t, MIN_ALNUM_PER_PAGE)]
+    if empty and ocr and ocr_engine.available():
+        ocr_pages = _ocr_empty_pages(name, data, password, empty, page_texts, ocr_progress)
+    if CLEAN_PAGES:
+        page_texts = clean_pages(page_texts)
+
+    parts: list[str] = []
+    page_starts: list[int] = []
+    length = 0
+    for page_text in page_texts:
         if page_text and parts:
             parts.append("\n\n")
             length += 2
@@ -485,19 +522,53 @@ def _extract_pdf(name: str, data: bytes, password: str | None) -> Extracted:
                 raise _too_much_text(name)
     text = "".join(parts)
 
-    if len(skipped) == page_count:
-        raise _corrupt(name, _plain_detail(first_error) if first_error else "")
     if not _has_alnum(text, MIN_ALNUM_PER_PAGE * page_count):
         if skipped:
             raise _corrupt(name, f"{len(skipped)} of {page_count} pages unreadable")
-        raise NoTextLayerError(
-            f"{name} has no text layer \u2014 it looks scanned (images of pages); "
-            "run OCR on it first, then upload the result."
-        )
+        raise NoTextLayerError(_no_text_message(name, ocr, tried=bool(empty)))
     return Extracted(
         text=text,
         mime=PDF_MIME,
         page_starts=page_starts,
         page_count=page_count,
         skipped_pages=tuple(skipped),
+        ocr_pages=ocr_pages,
     )
+
+
+def _ocr_empty_pages(
+    name: str,
+    data: bytes,
+    password: str | None,
+    empty: list[int],
+    page_texts: list[str],
+    progress: ocr_engine.Progress | None,
+) -> tuple[int, ...]:
+    """Recognise the pages without a text layer in place; the 1-based pages OCR gave text for.
+    A PDF pdfium cannot open keeps its empty pages (pypdf read the rest)."""
+    recognised: list[int] = []
+    try:
+        for index, raw in ocr_engine.recognise_pages(
+            data, empty, password=password or None, progress=progress
+        ):
+            page_text = normalize_pdf_text(raw)
+            if _has_alnum(page_text, MIN_ALNUM_PER_PAGE):
+                page_texts[index] = page_text
+                recognised.append(index + 1)
+    except Exception:  # pdfium refuses some files pypdf repairs; never a traceback for them
+        log.warning("OCR could not render %s; its pages without text stay empty", name,
+                    exc_info=True)
+    return tuple(recognised)
+
+
+def _no_text_message(name: str, ocr: bool, *, tried: bool) -> str:
+    scanned = f"{name} has no text layer \u2014 it looks scanned (images of pages)"
+    if not ocr:
+        return (f"{scanned}, and OCR is turned off (MARGINALIA_OCR=0). Turn it on to read "
+                "scans, or upload a copy that has a text layer.")
+    if not ocr_engine.available():
+        return (f"{scanned}, and the OCR engine is not installed. Install it "
+                "(apt-get install tesseract-ocr tesseract-ocr-eng) and upload the file again.")
+    if tried:
+        return f"{scanned}, and OCR found no readable text in its page images."
+    return f"{scanned}."

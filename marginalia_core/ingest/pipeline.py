@@ -22,7 +22,7 @@ from marginalia_core import events
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, TooLargeError
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.ingest.extraction import extract
+from marginalia_core.ingest.extraction import Extracted, extract
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.base import LibraryStore
 
@@ -82,6 +82,51 @@ def _embed_with_progress(
     if "error" in result:
         raise result["error"]
     yield result["vectors"]
+
+
+# ---- OCR hook (issue 12): extraction runs in a worker so OCR pages can report progress
+
+
+def _extract_with_ocr_progress(
+    name: str, data: bytes, mime: str | None, password: str | None, settings: Settings
+) -> Generator[dict[str, Any], None, Extracted]:
+    """``extract`` in a worker thread, yielding an ``ocr`` stage event (done/total pages) per
+    page read by OCR; returns the Extracted. A consumer that stops early stops the OCR at its
+    next page."""
+    updates: queue.Queue = queue.Queue()
+    result: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        if stop.is_set():
+            raise _Abandoned
+        updates.put((done, total))
+
+    def work() -> None:
+        try:
+            result["extracted"] = extract(
+                name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
+                ocr=settings.ocr, ocr_progress=progress,
+            )
+        except BaseException as exc:  # surfaced in the consuming thread
+            result["error"] = exc
+        finally:
+            updates.put(None)
+
+    worker = threading.Thread(target=work, name="marginalia-extract", daemon=True)
+    worker.start()
+    try:
+        while (item := updates.get()) is not None:
+            yield events.stage("ocr", name, done=item[0], total=item[1])
+    finally:
+        stop.set()
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    return result["extracted"]
+
+
+# ---- end of the OCR hook
 
 
 def _index_text(
@@ -151,9 +196,7 @@ def ingest_bytes(
                                   message=f"{name} is already indexed as {existing['name']}.")
                 return
             replace_id = existing["id"]  # indexed by another embedder: re-index in place
-        extracted = extract(
-            name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes
-        )
+        extracted = yield from _extract_with_ocr_progress(name, data, mime, password, settings)
         doc = yield from _index_text(
             store,
             embedder,
@@ -168,6 +211,7 @@ def ingest_bytes(
             page_count=extracted.page_count,
             replace_id=replace_id,
             original=data if extracted.mime in KEEP_ORIGINAL_MIMES else None,
+            ocr_pages=extracted.ocr_pages,
         )
         yield events.done(document=doc, duplicate=False, file=name)
     except MarginaliaError as exc:
@@ -249,6 +293,7 @@ def reindex_document(
             replace_id=document_id,
             document_id=document_id,
             original=original,
+            ocr_pages=doc.get("ocr_pages") or (),
         )
         yield events.done(document=new, duplicate=False, file=name, reindexed=True)
     except MarginaliaError as exc:

@@ -58,6 +58,8 @@ NORMALIZATION = "tmm"  # for "convex": "minmax" | "zscore" | "tmm" (theoretical-
 ALPHA = 0.55  # for "convex": weight of the dense score (1 - ALPHA goes to BM25)
 # for "convex" with ``coverage``: the BM25 part is multiplied by coverage ** COVERAGE_POWER
 COVERAGE_POWER = 1.0
+RRF_MIX = 0.0  # for "convex": weight of an added rank (RRF) term, 1.0 = first in both lists
+RRF_MIX_K = 5
 RRF_K = 1  # for "rrf": the k in 1 / (k + rank); k = 1 was best on train (0.727; k = 10: 0.721)
 RRF_WEIGHT = 0.5  # for "rrf": weight of the dense list (1 - RRF_WEIGHT goes to BM25)
 CANDIDATES = 200  # how many chunks each list contributes before fusion
@@ -114,6 +116,7 @@ def filled_lists(
     cosine_of: Callable[[Sequence[int]], Sequence[float | None]],
     *,
     limit: int = CANDIDATES,
+    chunk_ids: Sequence[int] | None = None,
 ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """The two candidate lists for fusion, each completed with the other signal's exact score.
 
@@ -121,8 +124,9 @@ def filled_lists(
     cosine of any chunk (None for one the dense index doesn't hold, e.g. another embedder's).
     BM25 hits outside the dense list get their cosine, dense hits outside the BM25 list their
     BM25 (0 when no query term occurs in them), so fusion compares like with like.
+    ``chunk_ids`` limits the BM25 list to those chunks (a conversation's documents).
     """
-    lex = bm25_search(conn, query, limit=limit)
+    lex = bm25_search(conn, query, limit=limit, chunk_ids=chunk_ids)
     dense_ids = {c for c, _ in dense}
     lex_ids = {c for c, _ in lex}
     extra = [c for c, _ in lex if c not in dense_ids]
@@ -303,6 +307,8 @@ def fuse(
     weight: float = RRF_WEIGHT,
     limit: int | None = None,
     coverage: Mapping[int, float] | None = None,
+    coverage_power: float | None = None,
+    rrf_mix: float | None = None,
 ) -> list[tuple[int, float]]:
     """Merge a dense and a lexical ranking into one, best first: ``[(id, fused_score), ...]``.
 
@@ -344,11 +350,17 @@ def fuse(
         d_norm = {i: v for (i, _), v in zip(d, dn, strict=True)}
         l_norm = {i: v for (i, _), v in zip(lx, ln, strict=True)}
         if coverage is not None:
-            l_norm = {i: v * coverage.get(i, 0.0) ** COVERAGE_POWER for i, v in l_norm.items()}
+            power = COVERAGE_POWER if coverage_power is None else coverage_power
+            l_norm = {i: v * coverage.get(i, 0.0) ** power for i, v in l_norm.items()}
         score = {
             i: alpha * d_norm.get(i, d_missing) + (1.0 - alpha) * l_norm.get(i, l_missing)
             for i in order
         }
+        mix = RRF_MIX if rrf_mix is None else rrf_mix
+        if mix:  # a rank term: 1.0 for first in both lists
+            for i in order:
+                score[i] += mix * (RRF_MIX_K + 1) / 2 * (
+                    1.0 / (RRF_MIX_K + d_rank.get(i, worst)) + 1.0 / (RRF_MIX_K + l_rank.get(i, worst)))
     elif method == "dense":
         score = {i: s for i, s in d}
     elif method == "lexical":

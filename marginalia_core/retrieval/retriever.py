@@ -9,6 +9,7 @@ term, see KEYWORD_RESCUE); lexical mode keeps every BM25 match.
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +19,7 @@ from marginalia_core.config import Settings
 from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.retrieval import lexical
-from marginalia_core.retrieval.ranking import Scored, VectorIndex
+from marginalia_core.retrieval.ranking import Scored, VectorIndex, top_k
 from marginalia_core.store.base import LibraryStore
 
 EXCERPT_CHARS = 280
@@ -40,6 +41,7 @@ class Hit:
     content: str
     rank: int
     lexical_score: float | None = None
+    ocr: bool = False  # the passage's text was read from a scan by OCR
 
     @property
     def excerpt(self) -> str:
@@ -58,6 +60,7 @@ class Hit:
             "score": round(float(self.score), 4),
             "excerpt": self.excerpt,
             "content": self.content,
+            "ocr": self.ocr,
         }
 
 
@@ -232,13 +235,31 @@ class Retriever:
             "search. Re-index them (Documents page, or `python -m marginalia_core reindex`)."
         )
 
-    def candidates(self, query: str, *, limit: int | None = None) -> Candidates:
+    def candidates(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        documents: Collection[str] | None = None,
+    ) -> Candidates:
         """Both candidate lists for ``query`` (dense top ``limit`` and BM25 top ``limit``), each
         candidate with its exact cosine and BM25: everything any mode, weight or threshold
-        needs, so re-ranking (the Inspector's keyword weight, sweeps) embeds nothing again."""
+        needs, so re-ranking (the Inspector's keyword weight, sweeps) embeds nothing again.
+        ``documents`` limits both lists to those documents' chunks (None: every document)."""
         limit = max(lexical.CANDIDATES, int(limit or 0))
         vector = self.embedder.embed_query(query)
-        top = self.index.search(vector, k=limit)
+        allowed: list[int] | None = None
+        if documents is None:
+            top = self.index.search(vector, k=limit)
+        else:  # a conversation's documents: exact cosines of just their chunks
+            allowed = self.store.chunk_ids_of_documents(list(documents))
+            pairs = [(c, v) for c, v in zip(allowed, self.index.cosine(vector, allowed))
+                     if v is not None]
+            top = top_k(
+                Scored(np.asarray([c for c, _ in pairs], dtype=np.int64),
+                       np.asarray([v for _, v in pairs], dtype=np.float32)),
+                k=limit,
+            )
         if not len(top.chunk_ids):
             return Candidates.empty(query)
         dense, lex = lexical.filled_lists(
@@ -247,13 +268,14 @@ class Retriever:
             list(zip(top.chunk_ids.tolist(), top.scores.tolist())),
             lambda ids: self.index.cosine(vector, ids),
             limit=limit,
+            chunk_ids=allowed,
         )
         bm25 = dict(lex)
         ids = [c for c, _ in dense]
         rescued = frozenset(
             cid
             for cid, _ in lexical.bm25_search(
-                self.store, query, limit=KEYWORD_RESCUE, require_all=True
+                self.store, query, limit=KEYWORD_RESCUE, require_all=True, chunk_ids=allowed
             )
         )
         weights = lexical.term_weights(self.store, query)
@@ -285,7 +307,7 @@ class Retriever:
         """
         threshold = self.threshold if threshold is None else threshold
         mode = mode or self.settings.retrieval_mode
-        rows = cands.table(alpha)
+        rows = cands.table(self.settings.fusion_alpha if alpha is None else alpha)
         if mode == "dense":
             rows.sort(key=lambda r: r.dense_rank)
             keep = [r for r in rows if r.cosine >= threshold]
@@ -310,10 +332,14 @@ class Retriever:
         threshold: float | None = None,
         mode: str | None = None,
         alpha: float | None = None,
+        documents: Collection[str] | None = None,
     ) -> list[Hit]:
+        """The best ``k`` passages for ``query`` in ``mode``; ``documents`` limits the search to
+        those documents (None: all), in every mode."""
         k = self.settings.top_k if k is None else k
         ranked = self.rank(
-            self.candidates(query, limit=k), mode=mode, threshold=threshold, k=k, alpha=alpha
+            self.candidates(query, limit=k, documents=documents),
+            mode=mode, threshold=threshold, k=k, alpha=alpha,
         )
         return self._hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
 
@@ -330,7 +356,7 @@ class Retriever:
         ``alpha`` to re-rank with another keyword weight without embedding again."""
         threshold = self.threshold if threshold is None else threshold
         cands = cands or self.candidates(query)
-        rows = cands.table(alpha)
+        rows = cands.table(self.settings.fusion_alpha if alpha is None else alpha)
         meta = self.store.chunks_by_ids([r.chunk_id for r in rows])
         out = []
         for r in rows:
@@ -351,6 +377,10 @@ class Retriever:
             )
         return out
 
+    def hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
+        """``(chunk_id, cosine, bm25 or None)`` in order as numbered hits with their text."""
+        return self._hits(ordered)
+
     def _hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
         rows = self.store.chunks_by_ids([cid for cid, _, _ in ordered])
         hits = []
@@ -370,6 +400,7 @@ class Retriever:
                     content=row["content"],
                     rank=len(hits) + 1,
                     lexical_score=None if lex is None else float(lex),
+                    ocr=bool(row.get("ocr")),
                 )
             )
         return hits

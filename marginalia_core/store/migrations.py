@@ -14,6 +14,8 @@ from collections.abc import Callable
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
+from marginalia_core.citations import renumber_sources
+
 MIGRATION_SET = "marginalia"
 # Releases up to 0.1 recorded applied steps here; their names are adopted on first open.
 LEGACY_TABLE = "_migrations"
@@ -191,6 +193,28 @@ def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m006_conversation_scope(conn: sqlite3.Connection) -> None:
+    """A conversation can be limited to some documents (``documents``: a JSON list of ids, NULL =
+    all), and each answer keeps the query actually searched (a follow-up is rewritten), so a
+    reopened conversation shows both; answers saved earlier are renumbered from [1] in the order
+    they first cite their sources, as new ones are. A JSON list rather than a join table with
+    foreign keys: re-indexing replaces a document's row under the same id, which would cascade
+    it away."""
+    conn.execute("ALTER TABLE conversations ADD COLUMN documents TEXT")
+    conn.execute("ALTER TABLE messages ADD COLUMN query TEXT")
+    # answers saved before are renumbered like new ones: from [1], in the order first cited
+    rows = conn.execute(
+        "SELECT id, content, sources FROM messages WHERE role = 'assistant' AND sources != '[]'"
+    ).fetchall()
+    for message_id, content, raw in rows:
+        sources = [s for s in json.loads(raw or "[]") if isinstance(s, dict) and "n" in s]
+        text, kept, _, _ = renumber_sources(content, sources)
+        if text != content or kept != sources:
+            conn.execute("UPDATE messages SET content = ?, sources = ? WHERE id = ?",
+                         (text, json.dumps(kept, ensure_ascii=False), message_id))
+
+
+@migration
 def m007_document_files(conn: sqlite3.Connection) -> None:
     """The original bytes of a document whose pages can be shown (PDFs): the margin renders
     the cited page from them. Written with the document, deleted with it (cascade)."""
@@ -198,6 +222,29 @@ def m007_document_files(conn: sqlite3.Connection) -> None:
         "CREATE TABLE document_files ("
         "document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE, "
         "data BLOB NOT NULL)"
+    )
+
+
+@migration
+def m008_document_ocr_pages(conn: sqlite3.Connection) -> None:
+    """Which pages of a document were read by OCR (a JSON list of 1-based page numbers; empty
+    for text-layer documents), so the library and the margin can say the text is recognised,
+    not typed."""
+    conn.execute("ALTER TABLE documents ADD COLUMN ocr_pages TEXT NOT NULL DEFAULT '[]'")
+
+
+@migration
+def m010_library_settings(conn: sqlite3.Connection) -> None:
+    """Retrieval settings applied to the library from the Inspector's lab (mode, threshold,
+    passages returned, keyword weight, passage size): one JSON value per key. Chat reads them
+    over the environment's defaults, so what was tuned is what answers use."""
+    _run(
+        conn,
+        """CREATE TABLE library_settings (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL,
+            updated TEXT NOT NULL
+        )""",
     )
 
 

@@ -31,8 +31,27 @@ LOAD_PAGE_ROWS = 4096
 
 DOCUMENT_COLUMNS = (
     "id, name, mime, size, chunk_count, page_count, content_hash, embed_model, embed_dim, "
-    "chunk_target, chunk_overlap, created"
+    "chunk_target, chunk_overlap, created, ocr_pages"
 )
+
+
+class Keep:
+    """The type of ``KEEP``: "leave this as it is" where None already means something."""
+
+
+KEEP = Keep()
+
+
+def _scope_json(document_ids: Sequence[str] | None) -> str | None:
+    ids = list(dict.fromkeys(str(i) for i in document_ids or ()))
+    return json.dumps(ids) if ids else None
+
+
+def _document(row: sqlite3.Row) -> dict[str, Any]:
+    """A documents row as a dict; ``ocr_pages`` decoded to its list of page numbers."""
+    doc = dict(row)
+    doc["ocr_pages"] = json.loads(doc.get("ocr_pages") or "[]")
+    return doc
 
 
 def now_iso() -> str:
@@ -212,7 +231,7 @@ class Store:
         row = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE content_hash = ?", (content_hash,)
         ).fetchone()
-        return dict(row) if row else None
+        return _document(row) if row else None
 
     def add_document(
         self,
@@ -233,6 +252,7 @@ class Store:
         replace_id: str | None = None,
         document_id: str | None = None,
         original: bytes | None = None,
+        ocr_pages: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction.
 
@@ -258,6 +278,7 @@ class Store:
             "chunk_target": int(chunk_target),
             "chunk_overlap": int(chunk_overlap),
             "created": now_iso(),
+            "ocr_pages": [int(p) for p in ocr_pages],
         }
         rows = [
             (
@@ -275,8 +296,9 @@ class Store:
                 f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts) VALUES "
                 "(:id, :name, :mime, :size, :chunk_count, :page_count, :content_hash, "
                 ":embed_model, :embed_dim, :chunk_target, :chunk_overlap, :created, "
-                ":text, :page_starts)",
-                {**doc, "text": text, "page_starts": json.dumps(list(page_starts))},
+                ":ocr_pages, :text, :page_starts)",
+                {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
+                 "ocr_pages": json.dumps(doc["ocr_pages"])},
             )
             conn.executemany(
                 'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
@@ -295,7 +317,7 @@ class Store:
         rows = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC"
         ).fetchall()
-        return [dict(r) for r in rows]
+        return [_document(r) for r in rows]
 
     def get_document(self, document_id: str) -> dict[str, Any]:
         row = self.conn.execute(
@@ -303,7 +325,7 @@ class Store:
         ).fetchone()
         if row is None:
             raise NotFoundError(f"No document with id {document_id!r}.")
-        return dict(row)
+        return _document(row)
 
     def delete_document(self, document_id: str) -> bool:
         """Delete a document; its chunks go with it (ON DELETE CASCADE)."""
@@ -449,7 +471,8 @@ class Store:
         return int(row[0]) if row else 0
 
     def chunks_by_ids(self, chunk_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-        """Chunk rows (with document name) keyed by id; missing ids are simply absent."""
+        """Chunk rows (with document name) keyed by id; missing ids are simply absent. ``ocr``
+        says whether the chunk's text came from OCR (any of its pages was read by OCR)."""
         out: dict[int, dict[str, Any]] = {}
         ids = [int(i) for i in chunk_ids]
         for start in range(0, len(ids), 500):
@@ -457,11 +480,15 @@ class Store:
             marks = ",".join("?" * len(part))
             rows = self.conn.execute(
                 'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
-                "c.page_end, d.name AS document_name FROM chunks c "
+                "c.page_end, d.name AS document_name, d.ocr_pages FROM chunks c "
                 f"JOIN documents d ON d.id = c.document_id WHERE c.id IN ({marks})",
                 part,
             ).fetchall()
-            out.update({r["id"]: dict(r) for r in rows})
+            for r in rows:
+                row = dict(r)
+                ocr_pages = json.loads(row.pop("ocr_pages") or "[]")
+                row["ocr"] = any(row["page_start"] <= p <= row["page_end"] for p in ocr_pages)
+                out[row["id"]] = row
         return out
 
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
@@ -570,13 +597,66 @@ class Store:
         return [dict(r) for r in rows]
 
     def get_conversation(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation with ``documents``: the ids it is limited to, or None for all."""
         row = self.conn.execute(
-            "SELECT id, title, created, updated FROM conversations WHERE id = ?",
+            "SELECT id, title, created, updated, documents FROM conversations WHERE id = ?",
             (conversation_id,),
         ).fetchone()
         if row is None:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
-        return dict(row)
+        conv = dict(row)
+        conv["documents"] = self._existing_documents(conv["documents"])
+        return conv
+
+    def _existing_documents(self, raw: str | None) -> list[str] | None:
+        """A stored document scope without the documents deleted since; None (all documents)
+        when nothing was chosen or every chosen document is gone."""
+        if not raw:
+            return None
+        wanted = [str(i) for i in json.loads(raw)]
+        if not wanted:
+            return None
+        marks = ",".join("?" * len(wanted))
+        found = {
+            r[0]
+            for r in self.conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", wanted)
+        }
+        kept = [i for i in wanted if i in found]
+        return kept or None
+
+    def set_conversation_documents(
+        self, conversation_id: str, document_ids: Sequence[str] | None
+    ) -> None:
+        """Limit a conversation to these documents (None or empty: all documents)."""
+        with self.write() as conn:
+            cur = conn.execute(
+                "UPDATE conversations SET documents = ? WHERE id = ?",
+                (_scope_json(document_ids), conversation_id),
+            )
+        if not cur.rowcount:
+            raise NotFoundError(f"No conversation with id {conversation_id!r}.")
+
+    def missing_documents(self, document_ids: Sequence[str]) -> list[str]:
+        """The ids among ``document_ids`` that name no stored document."""
+        ids = list(dict.fromkeys(str(i) for i in document_ids))
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        found = {
+            r[0] for r in self.conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", ids)
+        }
+        return [i for i in ids if i not in found]
+
+    def chunk_ids_of_documents(self, document_ids: Sequence[str]) -> list[int]:
+        """Every chunk id of these documents, ascending."""
+        ids = list(dict.fromkeys(str(i) for i in document_ids))
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(
+            f"SELECT id FROM chunks WHERE document_id IN ({marks}) ORDER BY id", ids
+        )
+        return [int(r[0]) for r in rows]
 
     def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
         """Give a conversation a new title (its order in the list does not change)."""
@@ -628,9 +708,14 @@ class Store:
         question: str,
         answer: str,
         sources: Sequence[dict[str, Any]],
+        *,
+        query: str | None = None,
+        documents: Sequence[str] | None | Keep = KEEP,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Save a question with its complete answer (creating the conversation if new) in one
-        transaction, so a failed or interrupted answer leaves no trace."""
+        transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
+        searched for it (kept on the answer); ``documents`` sets the conversation's document
+        scope (None or empty: all), ``KEEP`` leaves it as it is."""
         with self.write() as conn:
             stamp = now_iso()
             conn.execute(
@@ -638,12 +723,25 @@ class Store:
                 "VALUES (?, ?, ?, ?)",
                 (conversation_id, title, stamp, stamp),
             )
+            if not isinstance(documents, Keep):
+                conn.execute(
+                    "UPDATE conversations SET documents = ? WHERE id = ?",
+                    (_scope_json(documents), conversation_id),
+                )
             user = self._insert_message(conversation_id, "user", question, ())
-            assistant = self._insert_message(conversation_id, "assistant", answer, sources)
+            assistant = self._insert_message(
+                conversation_id, "assistant", answer, sources, query=query
+            )
         return user, assistant
 
     def _insert_message(
-        self, conversation_id: str, role: str, content: str, sources: Sequence[dict[str, Any]]
+        self,
+        conversation_id: str,
+        role: str,
+        content: str,
+        sources: Sequence[dict[str, Any]],
+        *,
+        query: str | None = None,
     ) -> dict[str, Any]:
         """Insert a message inside an open ``write()`` transaction and touch its conversation."""
         stamp = now_iso()
@@ -654,20 +752,22 @@ class Store:
             "content": content,
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
+            "query": query,
         }
         conn = self.conn
         conn.execute(
-            "INSERT INTO messages (id, conversation_id, role, content, sources, created) "
-            "VALUES (:id, :conversation_id, :role, :content, :sources, :created)",
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query) "
+            "VALUES (:id, :conversation_id, :role, :content, :sources, :created, :query)",
             msg,
         )
         conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
         return {**msg, "sources": list(sources)}
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
-        """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones."""
+        """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones. An
+        answer's ``query`` is what was searched for it (None on questions and older answers)."""
         sql = (
-            "SELECT id, conversation_id, role, content, sources, created FROM messages "
+            "SELECT id, conversation_id, role, content, sources, created, query FROM messages "
             "WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
         )
         params: list[Any] = [conversation_id]

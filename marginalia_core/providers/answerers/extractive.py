@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from marginalia_core.citations import MARK_RE
-from marginalia_core.providers.answerers.prompting import retrieval_query
+from marginalia_core.providers.answerers.prompting import STOPWORDS, rewrite_follow_up
 
 MAX_SENTENCES = 3  # sentences in an answer
 MAX_ANSWER_CHARS = 900  # soft bound on the whole answer (the first sentence always goes in)
@@ -57,22 +57,24 @@ MIN_SENTENCE_CHARS = 30
 LONG_WORDS = 60  # longer "sentences" are usually run-ons (tables, OCR columns): penalized
 MAX_SENTENCE_CHARS = 500
 WORDS_PER_TOKEN = 3
+# The "answer" strategy (the default; "v1" is the selector before issue 11, kept callable so
+# benchmarks/squad_answers.py measures both in one run). Tuned on SQuAD dev train articles.
+STRATEGIES = ("answer", "v1")
+DEFAULT_STRATEGY = "answer"
+NEIGHBOUR_WEIGHT = 0.15  # share of a neighbouring sentence's term match a sentence inherits
+PARTIAL_MATCH = 0.75  # credit for a compound containing a question term ("sunlight" ~ "light")
+MIN_PARTIAL_CHARS = 4
+CONTINUATION_RATIO = 0.2  # a lead's continuation ("He claimed …") joins it above this share
+TOPIC_WEIGHT = 0.5  # a follow-up's carried topic words, together, weigh this share of its own
+SUBJECT_TERMS = 2  # a follow-up's meaning keeps this many of the topic's most shared words
+SUBJECT_MIN_DF = 3  # ... each in at least this many candidate sentences
+EXTRA_EMBEDDED = 6  # neighbours of the best few, embedded besides the MAX_EMBEDDED
 
 
 def _wordset(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-STOPWORDS = _wordset(
-    """a about above after again against all am an and any are as at be because been before being
-    below between both but by can could did do does doing down during each few for from further had
-    has have having he her here hers herself him himself his how i if in into is it its itself just
-    me more most my myself no nor not now of off on once only or other our ours ourselves out over
-    own same she should so some such than that the their theirs them themselves then there these
-    they this those through to too under until up very was we were what when where which while who
-    whom why will with would you your yours yourself yourselves tell say says said does according
-    document documents source sources text also else"""
-)
 PRONOUN_STARTS = _wordset(
     "he she it they his her its their this these those that such there however but"
 )
@@ -278,6 +280,8 @@ class Candidate:
     dense: float = 0.0
     score: float = 0.0
     previous: Candidate | None = None  # the sentence before it in its passage
+    next: Candidate | None = None  # the sentence after it
+    context: float = 0.0  # the better term match of its neighbours
     vector: np.ndarray | None = None  # its embedding, when it was embedded
 
 
@@ -320,8 +324,13 @@ class ExtractiveAnswerer:
     name = "extractive"
     model = "extractive"
 
-    def __init__(self, settings: Any = None, embedder: Any = None):
+    def __init__(
+        self, settings: Any = None, embedder: Any = None, strategy: str = DEFAULT_STRATEGY
+    ):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown extractive strategy {strategy!r}; one of {STRATEGIES}")
         self.embedder = embedder
+        self.strategy = strategy
 
     # -- step 1
     def candidates(self, sources: Sequence[dict[str, Any]]) -> list[Candidate]:
@@ -335,7 +344,10 @@ class ExtractiveAnswerer:
             # boundary: mid-sentence nearly always (93% of SQuAD chunks), even when the word is
             # capitalized ("Museum of Archaeology and …"); the full sentence is in chunk idx-1
             mid_sentence = int(source.get("idx") or 0) > 0
-            for position, sentence in enumerate(split_sentences(content)):
+            sentences = split_sentences(content)
+            if self.strategy != "v1" and sentences and _cut_at_end(content, sentences[-1]):
+                sentences.pop()  # the window ends mid-sentence: "… showed no speedup on"
+            for position, sentence in enumerate(sentences):
                 if position == 0 and (mid_sentence or not sentence[:1].isalnum()
                                       or sentence[:1].islower()):
                     continue  # the window starts mid-sentence: "of news from those …"
@@ -350,14 +362,24 @@ class ExtractiveAnswerer:
                 cand = Candidate(
                     sentence, n, rank, position, frozenset(terms(sentence)), previous=previous
                 )
+                if previous is not None:
+                    previous.next = cand
                 out.append(cand)
                 previous = cand
         return out[:MAX_CANDIDATES]
 
     # -- step 2
-    def score(self, query: str, cands: list[Candidate], question: str | None = None) -> None:
+    def score(
+        self,
+        query: str,
+        cands: list[Candidate],
+        question: str | None = None,
+        topic: Sequence[str] = (),
+    ) -> None:
         if not cands:
             return
+        if self.strategy != "v1":
+            return self._score_answer(query, cands, question or query, topic)
         q_terms = set(terms(query))
         expect = expected_answer(query if question is None else question)
         n = len(cands)
@@ -388,6 +410,56 @@ class ExtractiveAnswerer:
         for c in cands:
             if id(c) not in embedded:  # never outranks an embedded one it lost to lexically
                 c.score = c.quality * LEXICAL_WEIGHT * c.lexical - RANK_PRIOR * c.rank
+
+    def _score_answer(
+        self, query: str, cands: list[Candidate], question: str, topic: Sequence[str]
+    ) -> None:
+        """How well each sentence answers: the question's terms it covers (IDF-weighted, a
+        follow-up's carried topic words counting ``TOPIC_WEIGHT``), a share of its neighbours'
+        match (the sentence after "Fermat wrote a note in the margin" says what the note
+        claimed), its meaning (cosine to the question, for the best few and their
+        neighbours), its informativeness and its passage's rank."""
+        weight = {t: 1.0 for t in terms(question)}
+        own = len(weight)
+        carried = [t for t in dict.fromkeys(terms(" ".join(topic))) if t not in weight]
+        for t in carried:  # together they weigh TOPIC_WEIGHT of the follow-up's own words
+            weight[t] = TOPIC_WEIGHT * max(1, own) / len(carried)
+        expect = expected_answer(question)
+        n = len(cands)
+        df = {t: sum(t in c.terms for c in cands) for t in weight}
+        idf = {t: weight[t] * math.log(1 + n / (1 + df[t])) for t in weight}
+        total = sum(idf.values()) or 1.0
+        q_terms = set(weight)
+        for c in cands:
+            c.quality = _quality(c, q_terms, expect)
+            c.lexical = sum(
+                idf[t] * _match(t, c.terms) for t in weight
+            ) / total
+        for c in cands:
+            near = [x.lexical for x in (c.previous, c.next) if x is not None]
+            c.context = max(near, default=0.0)
+            c.score = c.quality * (c.lexical + NEIGHBOUR_WEIGHT * c.context) - RANK_PRIOR * c.rank
+        if self.embedder is None:
+            return
+        pool = sorted(cands, key=lambda c: (-c.score, c.rank, c.position))[:MAX_EMBEDDED]
+        extra: list[Candidate] = []
+        for c in pool[:3]:  # a continuation may share no word with the question
+            for x in (c.next, c.previous):
+                if x is not None and x not in pool and x not in extra:
+                    extra.append(x)
+        pool += extra[:EXTRA_EMBEDDED]
+        dense_text = _follow_up_meaning(question, topic, own, df)
+        qv = np.asarray(self.embedder.embed_query(dense_text), dtype=np.float32)
+        sv = np.asarray(self.embedder.embed_documents([c.text for c in pool]), dtype=np.float32)
+        dense = np.clip(sv @ qv, 0.0, 1.0)
+        for c, d, vec in zip(pool, dense, sv, strict=True):
+            c.dense = float(d)
+            c.vector = vec
+        embedded = {id(c) for c in pool}
+        for c in cands:
+            lexical = LEXICAL_WEIGHT * (c.lexical + NEIGHBOUR_WEIGHT * c.context)
+            dense_part = DENSE_WEIGHT * c.dense if id(c) in embedded else 0.0
+            c.score = c.quality * (lexical + dense_part) - RANK_PRIOR * c.rank
 
     # -- step 3
     def choose(self, ranked: list[Candidate], said: set[str]) -> list[Candidate]:
@@ -420,7 +492,8 @@ class ExtractiveAnswerer:
                 (sources[0].get("content") or sources[0].get("excerpt") or "").split()
             )
             return NOTHING_FOUND.format(n=sources[0]["n"], text=_clip(clean_sentence(first), 240))
-        self.score(retrieval_query(question, history), cands, question)
+        rewrite = rewrite_follow_up(question, history)
+        self.score(rewrite.query, cands, question, rewrite.topic)
         ranked = sorted(cands, key=lambda c: (-c.score, c.rank, c.position))
         said = _already_said(history)
         best = ranked[0]
@@ -437,6 +510,10 @@ class ExtractiveAnswerer:
             # "He finished in three years" needs the sentence before it
             lead.insert(0, best.previous)
             rest = [c for c in rest if c is not best.previous][: MAX_SENTENCES - 2]
+        elif self.strategy != "v1" and _continues(best, said):
+            # "Fermat wrote a note in the margin." + "He claimed that …": what the note said
+            lead.append(best.next)
+            rest = [c for c in rest if c is not best.next][: MAX_SENTENCES - 2]
         # the best sentence leads; the others follow, by source, in document order
         order: dict[int, int] = {}
         for i, c in enumerate(rest):
@@ -457,6 +534,55 @@ class ExtractiveAnswerer:
         for i in range(0, len(words), WORDS_PER_TOKEN):
             piece = " ".join(words[i : i + WORDS_PER_TOKEN])
             yield piece if i == 0 else " " + piece
+
+
+def _match(term: str, sentence_terms: frozenset[str]) -> float:
+    """1 when the sentence has the term; ``PARTIAL_MATCH`` when one of its words is a compound
+    ending in it ("sunlight" for "light"); else 0."""
+    if term in sentence_terms:
+        return 1.0
+    if len(term) >= MIN_PARTIAL_CHARS and any(
+        len(w) > len(term) + 2 and w.endswith(term) for w in sentence_terms
+    ):
+        return PARTIAL_MATCH
+    return 0.0
+
+
+def _follow_up_meaning(
+    question: str, topic: Sequence[str], own: int, df: dict[str, int]
+) -> str:
+    """The text a follow-up's sentences are compared with by meaning. One without words of its
+    own ("why?") means its whole topic; one with them ("and what about light?", after "What
+    temperature is best for old books?") keeps only the topic's subject, the carried words
+    most sentences share ("books"), and drops the aspect it replaces ("temperature")."""
+    if not topic:
+        return question
+    if not own:
+        return f"{question} {' '.join(topic)}"
+    common = sorted((t for t in df if df[t] >= SUBJECT_MIN_DF), key=lambda t: -df[t])
+    subject = set(common[:SUBJECT_TERMS])
+    kept = [w for w in topic if stem(w.lower()) in subject]
+    return f"{question} {' '.join(kept)}" if kept else question
+
+
+def _continues(best: Candidate, said: set[str]) -> bool:
+    """The sentence after the lead carries it on ("He claimed …", "This …") and is worth
+    a share of its score: it joins the lead rather than competing with it."""
+    nxt = best.next
+    if nxt is None or _normalized(nxt.text) in said:
+        return False
+    first = nxt.text.split()[0].lower().strip(",")
+    return first in PRONOUN_STARTS and nxt.score >= CONTINUATION_RATIO * best.score
+
+
+def _cut_at_end(content: str, last: str) -> bool:
+    """The passage ends inside its last sentence (a chunk window cut it): the text ends
+    without end punctuation and that sentence is the passage's last words."""
+    tail = content.rstrip()
+    if not tail or TERMINAL_RE.search(tail) or TERMINAL_RE.search(last):
+        return False
+    words = WORD_RE.findall(tail)[-3:]
+    return bool(words) and WORD_RE.findall(last)[-len(words):] == words
 
 
 def _redundant(a: Candidate, b: Candidate) -> bool:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from marginalia_core.config import DEFAULT_CHAT_MODEL
 from marginalia_core.errors import AnswerError, MarginaliaError
 from marginalia_core.providers.answerers.base import HistoryTurn, Source
+from marginalia_core.providers.answerers.prompting import REWRITE_INSTRUCTION, clean_model_rewrite
 from marginalia_core.providers.gemini_client import (
     RetryPolicy,
     backoff_delay,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from marginalia_core.config import Settings
 
 CHAT_TEMPERATURE = 0.2
+REWRITE_TURNS = 4  # recent messages a follow-up's rewrite sees
 STREAM_DEADLINE_FACTOR = 5.0  # whole answer (retries included) <= factor * gemini_timeout_s
 ROLES = {"user": "user", "assistant": "model", "model": "model"}
 OK_FINISH = frozenset({"STOP", "MAX_TOKENS"})
@@ -105,6 +107,26 @@ class GeminiAnswerer:
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             automatic_continuation=False,
         )
+
+    def rewrite_query(self, question: str, history: list[HistoryTurn]) -> str | None:
+        """One short, non-streamed call that turns a follow-up into a standalone search query
+        (None when the reply is unusable). No retries: the caller falls back to the offline
+        rewrite on any error, which costs less than a retried round trip."""
+        from google.genai import types
+
+        contents = self.build_contents(question, history[-REWRITE_TURNS:])
+        config = types.GenerateContentConfig(
+            system_instruction=REWRITE_INSTRUCTION,
+            temperature=0.0,  # no output cap: a thinking model spends it before replying
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        )
+        try:
+            response = self._client.models.generate_content(
+                model=self.model, contents=contents, config=config
+            )
+            return clean_model_rewrite(response.text)
+        except Exception as exc:
+            raise AnswerError(self._describe(exc, False)) from exc
 
     # ------------------------------------------------------------------ streaming
     def stream(

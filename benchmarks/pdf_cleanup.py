@@ -1,0 +1,302 @@
+"""PDF page cleanup (marginalia_core/ingest/cleanup.py), before/after in one run.
+
+1. A book we make: SQuAD v1.1 dev articles laid out as a PDF (Helvetica, 38 lines a page) with
+   what layout tools leave on real proofs: alternating running heads, a "4TH PASS PAGES" stamp,
+   a ``.qxd`` file stamp with date and page, page numbers, margin line numbers every 5 lines,
+   ornament rows between some paragraphs, and footnote numbers glued after words ("river.12").
+   Every boilerplate string is known, so the share of chunk characters that are boilerplate
+   is exact. Retrieval: each paragraph's first SQuAD question, judged relevant on the page
+   where its answer is printed.
+2. ../shared/eval/pdfs: characters the cleanup removes per document (with samples of the
+   removed lines, to read), and retrieval on benchmarks/questions/pdfs_pages.jsonl.
+
+Both libraries are extracted twice, with ``extraction.CLEAN_PAGES`` off (before) and on
+(after), chunked and embedded by the offline embedder (vectors cached by text), and evaluated
+by the app's own evaluator (hybrid, top 6, no threshold).
+
+    python benchmarks/pdf_cleanup.py          # writes results/pdf_cleanup.json and .md
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import test_helper
+from retrieval_lab import CachedEmbedder  # the offline embedder, vectors cached by text
+
+from marginalia_core.config import Settings
+from marginalia_core.ingest import extraction
+from marginalia_core.ingest.chunking import chunk_text
+from marginalia_core.ingest.extraction import extract
+from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.retrieval import evaluation as ev
+from marginalia_core.retrieval.retriever import Retriever
+from marginalia_core.store.question_sets import Judgment, Question, QuestionSet, read_jsonl
+from marginalia_core.store.sqlite import Store
+
+_pdfmaker = test_helper("pdfmaker")  # the tests' PDF writer, loaded by file path
+lines_page, text_pdf = _pdfmaker.lines_page, _pdfmaker.text_pdf
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+CACHE = BENCH / ".cache"
+SHARED = (BENCH / ".." / ".." / "shared" / "eval").resolve()
+SQUAD = SHARED / "squad-v1.1-dev" / "dev-v1.1.json"
+PDFS = SHARED / "pdfs"
+PDF_QUESTIONS = BENCH / "questions" / "pdfs_pages.jsonl"
+BOOK_ARTICLES = 3  # the first three dev articles: ~150 paragraphs, ~70 pages
+LINES_PER_PAGE = 38
+CHARS_PER_LINE = 88
+TOP_K = 6
+STAMP = "4TH PASS PAGES"
+ORNAMENT = "* * * * *"
+
+
+# --------------------------------------------------------------------------- the book
+
+
+def _wrap(text: str) -> list[str]:
+    """Lines of at most CHARS_PER_LINE, breaking long words with a hyphen as typesetters do."""
+    lines, line = [], ""
+    for word in text.split():
+        if not line:
+            line = word
+        elif len(line) + 1 + len(word) <= CHARS_PER_LINE:
+            line += " " + word
+        elif len(word) >= 8 and word.isalpha() and len(line) + 5 <= CHARS_PER_LINE:
+            room = CHARS_PER_LINE - len(line) - 2
+            cut = max(3, min(room, len(word) - 3))
+            lines.append(f"{line} {word[:cut]}-")
+            line = word[cut:]
+        else:
+            lines.append(line)
+            line = word
+    if line:
+        lines.append(line)
+    return lines
+
+
+def make_book() -> tuple[bytes, list[Question], list[str]]:
+    """(PDF bytes, questions judged by page, the boilerplate strings printed)."""
+    data = json.loads(SQUAD.read_text(encoding="utf-8"))["data"][:BOOK_ARTICLES]
+    book_title = "A READER OF MANY THINGS"
+    body: list[tuple[str, int | None]] = []  # (line, paragraph id whose answer starts on it)
+    questions: dict[int, Question] = {}
+    answer_line: dict[int, int] = {}
+    para_id = 0
+    for art_no, article in enumerate(data, start=1):
+        body.append((f"Chapter {art_no}. {article['title'].replace('_', ' ')}", None))
+        body.append(("", None))
+        for p_no, para in enumerate(article["paragraphs"]):
+            qa = para["qas"][0]
+            answer = qa["answers"][0]
+            context = para["context"]
+            # a glued footnote number after the paragraph's first sentence, as in the proofs
+            cut = context.find(". ")
+            if cut > 20 and context[cut - 1].islower():
+                context = context[:cut + 1] + str(p_no + 1) + context[cut + 1:]
+            # the answer's line: wrap the text before it and count
+            before = len(_wrap(para["context"][: answer["answer_start"]] + "X"))
+            start = len(body)
+            body.extend((line, None) for line in _wrap(context))
+            answer_line[para_id] = start + before - 1
+            questions[para_id] = Question(qa["question"], (), id=f"b{para_id}")
+            para_id += 1
+            body.append(("", None))
+            if p_no % 7 == 6:
+                body.append((ORNAMENT, None))
+                body.append(("", None))
+    pages: list[list] = []
+    boiler: set[str] = {STAMP, ORNAMENT, book_title}
+    page_of_line: list[int] = []
+    chapter = ""
+    for first in range(0, len(body), LINES_PER_PAGE):
+        n = len(pages) + 1
+        lines = body[first:first + LINES_PER_PAGE]
+        for line, _ in lines:
+            if line.startswith("Chapter "):
+                chapter = line
+        head = book_title if n % 2 == 0 else chapter.upper()
+        qxd = f"reader_ch{n // 20 + 1:02d}.qxd 5/2/07 10:14 AM Page {n}"
+        boiler |= {head, qxd, str(n)}
+        items = [(72, 770, 8, STAMP), (72, 750, 9, head),
+                 *lines_page([line for line, _ in lines]),
+                 (300, 50, 9, str(n)), (72, 30, 6, qxd)]
+        page_of_line.extend(n for _ in lines)
+        # margin line numbers, drawn last (a separate layer in the proofs)
+        items += [(40, 725 - 17 * (k - 1), 7, str(k)) for k in range(5, len(lines) + 1, 5)]
+        pages.append(items)
+    judged = [
+        Question(q.text, (Judgment("book.pdf", page_of_line[answer_line[i]],
+                                   page_of_line[answer_line[i]]),), id=q.id)
+        for i, q in questions.items()
+    ]
+    return text_pdf(pages), judged, sorted(boiler, key=len, reverse=True)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _extract(name: str, data: bytes, clean: bool, password: str | None = None):
+    extraction.CLEAN_PAGES = clean
+    try:
+        return extract(name, data, password=password)
+    finally:
+        extraction.CLEAN_PAGES = True
+
+
+_LINE_NUMBER = re.compile(r"(?:^|\n)(?:\d{1,2}\n){3,}")
+
+
+def boilerplate_share(chunks: list[str], boiler: list[str]) -> float:
+    """Share of chunk characters that are printed boilerplate: known strings on their own line
+    and runs of margin line numbers."""
+    total = sum(len(c) for c in chunks)
+    junk = 0
+    for chunk in chunks:
+        lines = chunk.split("\n")
+        known = set(boiler)
+        junk += sum(len(line) + 1 for line in lines if line.strip() in known)
+        junk += sum(len(m.group(0)) for m in _LINE_NUMBER.finditer(chunk + "\n"))
+    return round(junk / total, 4) if total else 0.0
+
+
+def _library(path: Path, emb: CachedEmbedder, docs: list[tuple[str, bytes, str | None]],
+             clean: bool) -> Store:
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    store = Store(path)
+    settings = Settings(db_path=str(path), ocr=False)
+    extraction.CLEAN_PAGES = clean
+    try:
+        for name, data, password in docs:
+            list(ingest_bytes(store, emb, settings, name, data, password=password))
+    finally:
+        extraction.CLEAN_PAGES = True
+    return store
+
+
+def _retrieval(store: Store, emb: CachedEmbedder, qset: QuestionSet) -> dict[str, float]:
+    retriever = Retriever(store, emb, Settings(db_path=store.path, threshold=-1.0))
+    prepared = ev.prepare(retriever, qset)
+    res = ev.evaluate_prepared(retriever, prepared, ev.EvalConfig("hybrid", top_k=TOP_K))
+    return {k: round(v, 4) for k, v in res.metrics.items()}
+
+
+def _passwords() -> dict[str, str]:
+    out = {}
+    with open(PDFS / "MANIFEST.tsv", encoding="utf-8") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            m = re.search(r'(?:pw|password) ""?(\w+)', row["why_interesting"])
+            if m:
+                out[row["file"]] = m.group(1)
+    return out
+
+
+def run() -> dict[str, Any]:
+    emb = CachedEmbedder()
+    out: dict[str, Any] = {}
+    CACHE.mkdir(exist_ok=True)
+
+    book, questions, boiler = make_book()
+    book_out: dict[str, Any] = {"pages": None, "questions": len(questions)}
+    for label, clean in (("before", False), ("after", True)):
+        got = _extract("book.pdf", book, clean)
+        book_out["pages"] = got.page_count
+        chunks = [c.text for c in chunk_text(got.text, page_starts=got.page_starts)]
+        store = _library(CACHE / f"cleanup-book-{label}.sqlite", emb,
+                         [("book.pdf", book, None)], clean)
+        book_out[label] = {
+            "characters": len(got.text), "chunks": len(chunks),
+            "boilerplate_share": boilerplate_share(chunks, boiler),
+            "retrieval": _retrieval(store, emb, QuestionSet("book", questions)),
+        }
+        store.close()
+        print(f"book {label}: {json.dumps(book_out[label])}", file=sys.stderr, flush=True)
+    out["book"] = book_out
+
+    passwords = _passwords()
+    docs = [(p.name, p.read_bytes(), passwords.get(p.name)) for p in sorted(PDFS.glob("*.pdf"))]
+    removed: dict[str, Any] = {}
+    for name, data, password in docs:
+        try:
+            raw = _extract(name, data, False, password)
+            kept = _extract(name, data, True, password)
+        except Exception:  # refused files (encrypted without password, scans, damaged)
+            continue
+        gone = len(raw.text) - len(kept.text)
+        if gone:
+            kept_lines = set(kept.text.split("\n"))
+            sample = [ln for ln in raw.text.split("\n") if ln not in kept_lines][:6]
+            removed[name] = {"pages": raw.page_count, "characters_before": len(raw.text),
+                             "removed": gone, "share": round(gone / len(raw.text), 4),
+                             "sample_removed_lines": sample}
+    pdf_out: dict[str, Any] = {"documents_changed": removed}
+    qset = read_jsonl(PDF_QUESTIONS.read_text(encoding="utf-8"), name="pdf-pages")
+    for label, clean in (("before", False), ("after", True)):
+        store = _library(CACHE / f"cleanup-pdfs-{label}.sqlite", emb, docs, clean)
+        pdf_out[label] = {"retrieval": _retrieval(store, emb, qset),
+                          "chunks": int(store.conn.execute("SELECT count(*) FROM chunks")
+                                        .fetchone()[0])}
+        store.close()
+        print(f"pdfs {label}: {json.dumps(pdf_out[label])}", file=sys.stderr, flush=True)
+    pdf_out["questions"] = len(qset.questions)
+    out["eval_pdfs"] = pdf_out
+    return out
+
+
+def markdown(res: dict[str, Any], command: str) -> str:
+    b, p = res["book"], res["eval_pdfs"]
+    keys = list(b["before"]["retrieval"])
+    lines = [
+        "# PDF cleanup: before / after (same run)", "", f"`{command}` — {res['recorded']}", "",
+        f"## A made book ({b['pages']} pages, SQuAD dev articles, {b['questions']} page-judged "
+        "questions)", "",
+        "| | characters | passages | boilerplate share of passage characters | "
+        + " | ".join(keys) + " |",
+        "|---" * (4 + len(keys)) + "|",
+    ]
+    for label in ("before", "after"):
+        r = b[label]
+        lines.append(f"| {label} | {r['characters']} | {r['chunks']} | "
+                     f"{100 * r['boilerplate_share']:.1f} % | "
+                     + " | ".join(f"{r['retrieval'][k]:.4f}" for k in keys) + " |")
+    lines += ["", f"## ../shared/eval/pdfs ({p['questions']} questions of "
+              "benchmarks/questions/pdfs_pages.jsonl)", "",
+              "| | passages | " + " | ".join(keys) + " |", "|---" * (2 + len(keys)) + "|"]
+    for label in ("before", "after"):
+        r = p[label]
+        lines.append(f"| {label} | {r['chunks']} | "
+                     + " | ".join(f"{r['retrieval'][k]:.4f}" for k in keys) + " |")
+    lines += ["", "Documents the cleanup changed (characters removed, first removed lines):", ""]
+    for name, d in p["documents_changed"].items():
+        sample = "; ".join(f"`{s[:60]}`" for s in d["sample_removed_lines"])
+        lines.append(f"- {name}: {d['removed']} of {d['characters_before']} characters "
+                     f"({100 * d['share']:.1f} %) — {sample}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--no-save", action="store_true")
+    args = ap.parse_args(argv)
+    command = "python benchmarks/pdf_cleanup.py " + " ".join(argv or sys.argv[1:])
+    res = run()
+    res["recorded"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    res["command"] = command.strip()
+    md = markdown(res, command.strip())
+    if not args.no_save:
+        (RESULTS / "pdf_cleanup.json").write_text(json.dumps(res, indent=1) + "\n")
+        (RESULTS / "pdf_cleanup.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
