@@ -94,6 +94,7 @@ class LibraryStore(LexicalSource, Protocol):
         replace_id: str | None = None,
         document_id: str | None = None,
         original: bytes | None = None,
+        ocr_pages: Sequence[int] = (),
     ) -> dict[str, Any]: ...
 
     def document_file(self, document_id: str) -> bytes | None: ...
@@ -127,6 +128,10 @@ class LibraryStore(LexicalSource, Protocol):
 
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]: ...
 
+    def chunk_ids_of_documents(self, document_ids: Sequence[str]) -> list[int]: ...
+
+    def missing_documents(self, document_ids: Sequence[str]) -> list[str]: ...
+
     def integrity_report(self) -> dict[str, Any]: ...
 
     # embedding cache
@@ -145,6 +150,10 @@ class LibraryStore(LexicalSource, Protocol):
 
     def get_conversation(self, conversation_id: str) -> dict[str, Any]: ...
 
+    def set_conversation_documents(
+        self, conversation_id: str, document_ids: Sequence[str] | None
+    ) -> None: ...
+
     def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]: ...
 
     def search_conversations(self, text: str, limit: int = 50) -> list[dict[str, Any]]: ...
@@ -158,7 +167,8 @@ class LibraryStore(LexicalSource, Protocol):
 
     def add_exchange(
         self, conversation_id: str, title: str, question: str, answer: str,
-        sources: Sequence[dict[str, Any]],
+        sources: Sequence[dict[str, Any]], *, query: str | None = None,
+        documents: Any = ...,  # a list of ids, None (all) or sqlite.KEEP (leave as it is)
     ) -> tuple[dict[str, Any], dict[str, Any]]: ...
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]: ...

@@ -31,7 +31,15 @@ from psycopg import sql
 from marginalia_core.config import mask_url
 from marginalia_core.errors import NotFoundError
 from marginalia_core.store.base import ChunkRecord
-from marginalia_core.store.sqlite import DOCUMENT_COLUMNS, VECTOR_DTYPE, new_id, now_iso
+from marginalia_core.store.sqlite import (
+    DOCUMENT_COLUMNS,
+    KEEP,
+    VECTOR_DTYPE,
+    Keep,
+    _scope_json,
+    new_id,
+    now_iso,
+)
 
 # pg_advisory_xact_lock keys (any constant bigint; ASCII "MARGMIGR" / "MARGHNSW")
 MIGRATION_LOCK = 0x4D4152474D494752
@@ -170,6 +178,29 @@ def p002_document_files(conn: psycopg.Connection) -> None:
         "document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE, "
         "data BYTEA NOT NULL)"
     )
+
+
+@pg_migration
+def p003_scope_ocr_settings(conn: psycopg.Connection) -> None:
+    """SQLite's m006, m008 and m010: a conversation's document scope (JSON list of ids, NULL =
+    all), the query searched for each answer, the pages read by OCR (JSON list) and the
+    retrieval settings applied from the lab. JSON kept as TEXT, as in SQLite, so migrate-store
+    copies the columns as they are. (m006's renumbering of old answers is not needed: no
+    PostgreSQL library predates it.)"""
+    _run(
+        conn,
+        "ALTER TABLE conversations ADD COLUMN documents TEXT",
+        "ALTER TABLE messages ADD COLUMN query TEXT",
+        "ALTER TABLE documents ADD COLUMN ocr_pages TEXT NOT NULL DEFAULT '[]'",
+        "CREATE TABLE library_settings ("
+        "key TEXT PRIMARY KEY, value TEXT NOT NULL, updated TEXT NOT NULL)",
+    )
+
+
+def _document(row: dict[str, Any]) -> dict[str, Any]:
+    """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
+    row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
+    return row
 
 
 def migrate_pg(conn: psycopg.Connection) -> list[str]:
@@ -389,7 +420,7 @@ class PostgresStore:
         rows = self._dicts(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE content_hash = %s", (content_hash,)
         )
-        return rows[0] if rows else None
+        return _document(rows[0]) if rows else None
 
     def add_document(
         self,
@@ -410,10 +441,12 @@ class PostgresStore:
         replace_id: str | None = None,
         document_id: str | None = None,
         original: bytes | None = None,
+        ocr_pages: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction (``replace_id``
         is deleted in the same one, so readers see the old version or the new, never neither;
-        ``original`` keeps the file's bytes, for page views)."""
+        ``original`` keeps the file's bytes, for page views; ``ocr_pages`` the pages read by
+        OCR)."""
         if len(chunks) != len(embeddings):
             raise ValueError("every chunk needs exactly one embedding")
         if len(chunks) and embeddings.shape[1] != embed_dim:
@@ -431,6 +464,7 @@ class PostgresStore:
             "chunk_target": int(chunk_target),
             "chunk_overlap": int(chunk_overlap),
             "created": now_iso(),
+            "ocr_pages": [int(p) for p in ocr_pages],
         }
         key = embedder_key(embed_model, embed_dim)
         vectors = np.asarray(embeddings, dtype=VECTOR_DTYPE).reshape(len(chunks), int(embed_dim))
@@ -448,8 +482,9 @@ class PostgresStore:
                 f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts) VALUES "
                 "(%(id)s, %(name)s, %(mime)s, %(size)s, %(chunk_count)s, %(page_count)s, "
                 "%(content_hash)s, %(embed_model)s, %(embed_dim)s, %(chunk_target)s, "
-                "%(chunk_overlap)s, %(created)s, %(text)s, %(page_starts)s)",
-                {**doc, "text": text, "page_starts": json.dumps(list(page_starts))},
+                "%(chunk_overlap)s, %(created)s, %(ocr_pages)s, %(text)s, %(page_starts)s)",
+                {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
+                 "ocr_pages": json.dumps(doc["ocr_pages"])},
             )
             if original is not None:
                 raw.execute(
@@ -508,13 +543,14 @@ class PostgresStore:
         )
 
     def list_documents(self) -> list[dict[str, Any]]:
-        return self._dicts(f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC")
+        rows = self._dicts(f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC")
+        return [_document(r) for r in rows]
 
     def get_document(self, document_id: str) -> dict[str, Any]:
         rows = self._dicts(f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = %s", (document_id,))
         if not rows:
             raise NotFoundError(f"No document with id {document_id!r}.")
-        return rows[0]
+        return _document(rows[0])
 
     def delete_document(self, document_id: str) -> bool:
         raw = self.raw
@@ -614,11 +650,38 @@ class PostgresStore:
             return {}
         rows = self._dicts(
             'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
-            "c.page_end, d.name AS document_name FROM chunks c "
+            "c.page_end, d.name AS document_name, d.ocr_pages FROM chunks c "
             "JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(%s)",
             (ids,),
         )
-        return {int(r["id"]): r for r in rows}
+        out: dict[int, dict[str, Any]] = {}
+        for r in rows:  # ``ocr``: any of the chunk's pages was read by OCR
+            ocr_pages = json.loads(r.pop("ocr_pages") or "[]")
+            r["ocr"] = any(r["page_start"] <= p <= r["page_end"] for p in ocr_pages)
+            out[int(r["id"])] = r
+        return out
+
+    def chunk_ids_of_documents(self, document_ids: Sequence[str]) -> list[int]:
+        """Every chunk id of these documents, ascending."""
+        ids = list(dict.fromkeys(str(i) for i in document_ids))
+        if not ids:
+            return []
+        rows = self.raw.execute(
+            "SELECT id FROM chunks WHERE document_id = ANY(%s) ORDER BY id", (ids,)
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def missing_documents(self, document_ids: Sequence[str]) -> list[str]:
+        """The ids among ``document_ids`` that name no stored document."""
+        ids = list(dict.fromkeys(str(i) for i in document_ids))
+        if not ids:
+            return []
+        found = {
+            r[0] for r in self.raw.execute(
+                "SELECT id FROM documents WHERE id = ANY(%s)", (ids,)
+            ).fetchall()
+        }
+        return [i for i in ids if i not in found]
 
     def vectors_by_ids(self, chunk_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """(ids found, float32 rows) for these chunk ids, ascending; deleted ids are absent."""
@@ -786,13 +849,30 @@ class PostgresStore:
         )
 
     def get_conversation(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation with ``documents``: the ids it is limited to, or None for all
+        (documents deleted since are left out; None when every chosen one is gone)."""
         rows = self._dicts(
-            "SELECT id, title, created, updated FROM conversations WHERE id = %s",
+            "SELECT id, title, created, updated, documents FROM conversations WHERE id = %s",
             (conversation_id,),
         )
         if not rows:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
-        return rows[0]
+        conv = rows[0]
+        wanted = [str(i) for i in json.loads(conv["documents"] or "[]")]
+        gone = set(self.missing_documents(wanted))
+        conv["documents"] = [i for i in wanted if i not in gone] or None
+        return conv
+
+    def set_conversation_documents(
+        self, conversation_id: str, document_ids: Sequence[str] | None
+    ) -> None:
+        """Limit a conversation to these documents (None or empty: all documents)."""
+        n = self.raw.execute(
+            "UPDATE conversations SET documents = %s WHERE id = %s",
+            (_scope_json(document_ids), conversation_id),
+        ).rowcount
+        if not n:
+            raise NotFoundError(f"No conversation with id {conversation_id!r}.")
 
     def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
         """Give a conversation a new title (its order in the list does not change)."""
@@ -844,9 +924,14 @@ class PostgresStore:
         question: str,
         answer: str,
         sources: Sequence[dict[str, Any]],
+        *,
+        query: str | None = None,
+        documents: Sequence[str] | None | Keep = KEEP,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A question with its complete answer (creating the conversation if new), one
-        transaction, so a failed or interrupted answer leaves no trace."""
+        transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
+        searched (kept on the answer); ``documents`` sets the conversation's scope (None or
+        empty: all), ``KEEP`` leaves it as it is."""
         raw = self.raw
         with raw.transaction():
             stamp = now_iso()
@@ -855,12 +940,25 @@ class PostgresStore:
                 "ON CONFLICT (id) DO NOTHING",
                 (conversation_id, title, stamp, stamp),
             )
+            if not isinstance(documents, Keep):
+                raw.execute(
+                    "UPDATE conversations SET documents = %s WHERE id = %s",
+                    (_scope_json(documents), conversation_id),
+                )
             user = self._insert_message(conversation_id, "user", question, ())
-            assistant = self._insert_message(conversation_id, "assistant", answer, sources)
+            assistant = self._insert_message(
+                conversation_id, "assistant", answer, sources, query=query
+            )
         return user, assistant
 
     def _insert_message(
-        self, conversation_id: str, role: str, content: str, sources: Sequence[dict[str, Any]]
+        self,
+        conversation_id: str,
+        role: str,
+        content: str,
+        sources: Sequence[dict[str, Any]],
+        *,
+        query: str | None = None,
     ) -> dict[str, Any]:
         """Insert a message inside an open ``write()`` transaction and touch its conversation."""
         raw = self.raw
@@ -872,10 +970,12 @@ class PostgresStore:
             "content": content,
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
+            "query": query,
         }
         raw.execute(
-            "INSERT INTO messages (id, conversation_id, role, content, sources, created) "
-            "VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, %(created)s)",
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query) "
+            "VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
+            "%(created)s, %(query)s)",
             msg,
         )
         raw.execute(
@@ -885,7 +985,7 @@ class PostgresStore:
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         query = (
-            "SELECT id, conversation_id, role, content, sources, created FROM messages "
+            "SELECT id, conversation_id, role, content, sources, created, query FROM messages "
             "WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
         )
         params: list[Any] = [conversation_id]
@@ -912,6 +1012,7 @@ COPIED_TABLES = (
     ("questions", "set_id, position"),
     ("judgments", "id"),
     ("retrieval_configs", "name"),
+    ("library_settings", "key"),
     ("embedding_cache", "key"),
 )
 VECTOR_SAMPLE = 200  # chunks whose vectors are compared bit for bit after the copy
