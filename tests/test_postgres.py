@@ -20,6 +20,7 @@ from streamlit.testing.v1 import AppTest
 from marginalia_core.config import Settings, load_settings, mask_url
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.store.question_sets import QuestionSets
 from marginalia_core.store.sqlite import Store
 
 psycopg = pytest.importorskip("psycopg")
@@ -123,8 +124,10 @@ def _sqlite_library(tmp_path, local_embedder) -> Settings:
         if p.suffix in (".md", ".pdf"):
             end = list(ingest_bytes(ws.store, ws.embedder, settings, p.name, p.read_bytes()))[-1]
             assert end["type"] == "done", end
-    list(ws.ask(FERMAT))
+    kept = ws.documents()[0]["id"]
+    list(ws.ask(FERMAT, documents=[kept]))  # a conversation scope and a saved query (m006)
     ws.store.delete_document(ws.documents()[-1]["id"])  # ids with a gap, as real libraries have
+    QuestionSets(ws.store).apply_settings({"top_k": 4})  # library settings (m010)
     csv = tmp_path / "q.csv"
     csv.write_text("question,document,page\nWho wrote in the margin?,how-marginalia-works.md,\n")
     ws.lab.import_set(csv, name="margins")
@@ -156,6 +159,14 @@ def test_migrate_store_copies_a_sqlite_library_with_nothing_lost(
     assert np.array_equal(ids_a, ids_b) and np.array_equal(m_a, m_b)
     assert [m["content"] for c in src.list_conversations() for m in src.messages(c["id"])] == \
         [m["content"] for c in dst.list_conversations() for m in dst.messages(c["id"])]
+    # conversation scope, each answer's query and the applied settings come along
+    (conv,) = src.list_conversations()
+    assert src.get_conversation(conv["id"])["documents"] is not None
+    assert src.get_conversation(conv["id"]) == dst.get_conversation(conv["id"])
+    assert [m["query"] for m in src.messages(conv["id"])] == \
+        [m["query"] for m in dst.messages(conv["id"])]
+    assert any(m["query"] for m in dst.messages(conv["id"]))
+    assert QuestionSets(dst).applied_settings() == QuestionSets(src).applied_settings() == {"top_k": 4}
     # new chunks continue after the copied ids
     doc, _ = _add(dst, "after.txt", dim=local_embedder.dimension, model=local_embedder.model)
     assert min(c["id"] for c in dst.document_chunks(doc["id"])) > int(ids_a.max())
@@ -213,3 +224,25 @@ def test_the_app_runs_on_postgres(pg_database, monkeypatch, local_embedder):
         store.close()
         st.cache_resource.clear()
         st.cache_data.clear()
+
+
+def test_applied_settings_reach_every_workspace_on_postgres(pg_database, local_embedder):
+    """The lab's "Apply to Chat" on a PostgreSQL library: the settings are saved in it, and a
+    second Workspace (another session or process) reads them over its defaults."""
+    from marginalia_core.workspace import Workspace
+
+    defaults = Settings(db_path=":memory:", database_url=pg_database, embedder="local",
+                        answerer="extractive", top_k=5)
+    first, second = Workspace(defaults), Workspace(defaults)
+    for ws in (first, second):
+        ws.__dict__["embedder"] = local_embedder
+    try:
+        assert second.settings.top_k == 5
+        list(first.apply_settings({"top_k": 3, "retrieval_mode": "lexical"}))
+        assert first.settings.top_k == 3 and first.applied_settings()["top_k"] == 3
+        assert (second.settings.top_k, second.settings.retrieval_mode) == (3, "lexical")
+        list(second.apply_settings({}))  # back to the defaults
+        assert first.settings.top_k == 5
+    finally:
+        first.close()
+        second.close()

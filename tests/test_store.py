@@ -27,7 +27,7 @@ except ImportError:  # PostgreSQL runs are skipped then
 
 
 def _add(store: Store, name: str = "a.txt", text: str = "Alpha beta. " * 300, dim: int = 8, **kw):
-    chunks = chunk_text(text)
+    chunks = chunk_text(text, page_starts=list(kw.get("page_starts", [0])))
     vectors = np.random.default_rng(len(name)).normal(size=(len(chunks), dim)).astype(np.float32)
     return store.add_document(
         name=name, mime="text/plain", size=len(text), content_hash=kw.pop("content_hash", name),
@@ -348,3 +348,43 @@ def test_m006_upgrades_a_library_with_conversations(db_path):
     store.set_conversation_documents("c1", [])
     assert store.get_conversation("c1")["documents"] is None
     store.close()
+
+
+def test_ocr_pages_kept_on_the_document_and_its_chunks(store):
+    """m008 / p003: which pages OCR read is stored as a list and flags the chunks on them."""
+    plain, _, _ = _add(store, "typed.txt")
+    assert plain["ocr_pages"] == [] and store.get_document(plain["id"])["ocr_pages"] == []
+    text = "Scanned words. " * 300
+    doc, chunks, _ = _add(store, "scan.pdf", text=text, page_count=2, page_starts=(0, 2000),
+                          ocr_pages=[2])
+    assert store.get_document(doc["id"])["ocr_pages"] == [2]
+    assert [d["ocr_pages"] for d in store.list_documents() if d["id"] == doc["id"]] == [[2]]
+    assert store.find_by_hash("scan.pdf")["ocr_pages"] == [2]
+    ids = [c["id"] for c in store.document_chunks(doc["id"])]
+    rows = store.chunks_by_ids(ids)
+    assert any(r["ocr"] for r in rows.values())
+    assert all(r["ocr"] == (r["page_end"] >= 2) for r in rows.values())
+
+
+def test_conversation_scope_query_and_keep(store):
+    """m006 / p003: a conversation's document scope (KEEP leaves it, None clears it), the
+    query searched kept on each answer, and the scope's deleted documents left out."""
+    from marginalia_core.store.sqlite import KEEP
+
+    a, _, _ = _add(store, "a.txt")
+    b, _, _ = _add(store, "b.txt")
+    store.add_exchange("c1", "T", "q1?", "a1", [], query="rewritten q1", documents=[b["id"], a["id"]])
+    assert store.get_conversation("c1")["documents"] == [b["id"], a["id"]]
+    store.add_exchange("c1", "T", "q2?", "a2", [], documents=KEEP)
+    assert store.get_conversation("c1")["documents"] == [b["id"], a["id"]]
+    answers = [m for m in store.messages("c1") if m["role"] == "assistant"]
+    assert [m["query"] for m in answers] == ["rewritten q1", None]
+    assert store.missing_documents([a["id"], "nope", a["id"]]) == ["nope"]
+    assert store.chunk_ids_of_documents([a["id"]]) == sorted(
+        c["id"] for c in store.document_chunks(a["id"]))
+    store.delete_document(b["id"])
+    assert store.get_conversation("c1")["documents"] == [a["id"]]
+    store.add_exchange("c1", "T", "q3?", "a3", [], documents=None)
+    assert store.get_conversation("c1")["documents"] is None
+    with pytest.raises(NotFoundError):
+        store.set_conversation_documents("missing", [a["id"]])
