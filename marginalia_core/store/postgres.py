@@ -36,9 +36,9 @@ from marginalia_core.store.sqlite import (
     KEEP,
     VECTOR_DTYPE,
     Keep,
-    _scope_json,
     new_id,
     now_iso,
+    scope_json,
 )
 
 # pg_advisory_xact_lock keys (any constant bigint; ASCII "MARGMIGR" / "MARGHNSW")
@@ -869,7 +869,7 @@ class PostgresStore:
         """Limit a conversation to these documents (None or empty: all documents)."""
         n = self.raw.execute(
             "UPDATE conversations SET documents = %s WHERE id = %s",
-            (_scope_json(document_ids), conversation_id),
+            (scope_json(document_ids), conversation_id),
         ).rowcount
         if not n:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
@@ -943,7 +943,7 @@ class PostgresStore:
             if not isinstance(documents, Keep):
                 raw.execute(
                     "UPDATE conversations SET documents = %s WHERE id = %s",
-                    (_scope_json(documents), conversation_id),
+                    (scope_json(documents), conversation_id),
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(

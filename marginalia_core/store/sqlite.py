@@ -42,7 +42,8 @@ class Keep:
 KEEP = Keep()
 
 
-def _scope_json(document_ids: Sequence[str] | None) -> str | None:
+def scope_json(document_ids: Sequence[str] | None) -> str | None:
+    """A conversation's stored document scope: the ids de-duplicated in order, NULL for all."""
     ids = list(dict.fromkeys(str(i) for i in document_ids or ()))
     return json.dumps(ids) if ids else None
 
@@ -631,7 +632,7 @@ class Store:
         with self.write() as conn:
             cur = conn.execute(
                 "UPDATE conversations SET documents = ? WHERE id = ?",
-                (_scope_json(document_ids), conversation_id),
+                (scope_json(document_ids), conversation_id),
             )
         if not cur.rowcount:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
@@ -726,7 +727,7 @@ class Store:
             if not isinstance(documents, Keep):
                 conn.execute(
                     "UPDATE conversations SET documents = ? WHERE id = ?",
-                    (_scope_json(documents), conversation_id),
+                    (scope_json(documents), conversation_id),
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
