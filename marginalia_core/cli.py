@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 from marginalia_core import __version__, events
-from marginalia_core.config import RETRIEVAL_MODES, load_settings
+from marginalia_core.config import RETRIEVAL_MODES, load_settings, mask_url
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.store.base import is_postgres_url
 from marginalia_core.workspace import Workspace
 
 EXIT_OK = 0
@@ -25,7 +26,8 @@ EXIT_INTERNAL = 3
 
 def _common(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("settings (override environment variables)")
-    g.add_argument("--db", help="SQLite file (MARGINALIA_DB, default data/marginalia.db)")
+    g.add_argument("--db", help="SQLite file (MARGINALIA_DB, default data/marginalia.db), or a "
+                   "postgresql:// URL (MARGINALIA_DATABASE_URL; prefer the variable for passwords)")
     g.add_argument("--embedder", help="local | gemini | openai (MARGINALIA_EMBEDDER)")
     g.add_argument("--answerer", help="extractive | gemini | openai (MARGINALIA_ANSWERER)")
     g.add_argument("--k", type=int, help="passages to retrieve (MARGINALIA_TOP_K)")
@@ -128,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("delete-conversation", help="delete a conversation and its messages")
     p.add_argument("id", metavar="ID")
     _common(p)
+    p = sub.add_parser(
+        "migrate-store",
+        help="copy the SQLite library (--db) into an empty PostgreSQL database, then verify it",
+    )
+    p.add_argument("--to", required=True, metavar="URL",
+                   help="postgresql://user:password@host/dbname (must hold no library yet)")
+    _common(p)
     return parser
 
 
@@ -137,8 +146,15 @@ def _emit(event: dict[str, Any], out: TextIO) -> None:
 
 
 def _workspace(args: argparse.Namespace) -> Workspace:
+    db = args.db
+    if db and is_postgres_url(db):
+        where: dict[str, Any] = {"database_url": db}
+    elif db or args.command == "migrate-store":  # an explicit file wins over the URL variable
+        where = {"db_path": db, "database_url": ""}
+    else:
+        where = {}
     settings = load_settings().with_overrides(
-        db_path=args.db,
+        **where,
         embedder=args.embedder,
         answerer=args.answerer,
         top_k=args.k,
@@ -385,7 +401,32 @@ def cmd_qsets(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO)
     return EXIT_OK
 
 
+def cmd_migrate_store(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """SQLite -> PostgreSQL with nothing lost: one transaction, then counts and vectors compared."""
+    from marginalia_core.store.postgres import PostgresStore, import_sqlite
+
+    if not is_postgres_url(args.to):
+        raise ValueError("--to must be a postgresql:// URL")
+    if ws.store.backend != "sqlite":
+        raise ValueError("migrate-store copies a SQLite library: give its file with --db")
+    target = PostgresStore(args.to)
+    try:
+        report = import_sqlite(ws.store, target)
+    finally:
+        target.close()
+    counts = {t: {"sqlite": a, "postgresql": b} for t, (a, b) in report["counts"].items()}
+    _emit({"type": "done" if report["ok"] else "error", "from": ws.store.location,
+           "to": mask_url(args.to), "counts": counts,
+           "vectors_compared": report["vectors_compared"],
+           "vectors_equal": report["vectors_equal"]}, out)
+    if not report["ok"]:
+        err.write("error: the copy does not match the source (see the counts above)\n")
+        return EXIT_INTERNAL
+    return EXIT_OK
+
+
 COMMANDS = {
+    "migrate-store": cmd_migrate_store,
     "eval": cmd_eval,
     "qsets": cmd_qsets,
     "ingest": cmd_ingest,
@@ -425,8 +466,8 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     except MarginaliaError as exc:
         err.write(f"error: {exc.message}\n")
         return EXIT_REFUSED
-    except ValueError as exc:
-        err.write(f"error: {exc}\n")
+    except (ValueError, ConnectionError) as exc:
+        err.write(f"error: {mask_url(str(exc))}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         err.write("interrupted\n")
@@ -435,7 +476,7 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the user gets a line, the log the details
         logging.getLogger(__name__).debug("unexpected", exc_info=True)
-        err.write(f"error: unexpected {type(exc).__name__}: {exc}\n")
+        err.write(f"error: unexpected {type(exc).__name__}: {mask_url(str(exc))}\n")
         return EXIT_INTERNAL
     finally:
         if ws is not None:

@@ -4,12 +4,14 @@ app), then defaults. The core never reads Streamlit itself; the app passes its s
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 DEFAULT_DB = "data/marginalia.db"
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")  # MARGINALIA_DATABASE_URL selects PostgreSQL
 DEFAULT_CHAT_MODEL = "gemini-2.5-flash"  # the Gemini answerer's model when none is set
 DEFAULT_TOP_K = 6
 DEFAULT_MAX_UPLOAD_MB = 50
@@ -33,6 +35,7 @@ def _flag(raw: str) -> bool:
 # env var -> (field, converter)
 _ENV: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "MARGINALIA_DB": ("db_path", str),
+    "MARGINALIA_DATABASE_URL": ("database_url", str),
     "GEMINI_API_KEY": ("gemini_api_key", str),
     "GOOGLE_API_KEY": ("gemini_api_key", str),
     "GOOGLE_GEMINI_BASE_URL": ("gemini_base_url", str),
@@ -66,6 +69,8 @@ _ENV: dict[str, tuple[str, Callable[[Any], Any]]] = {
 @dataclass(frozen=True)
 class Settings:
     db_path: str = DEFAULT_DB
+    # postgresql://... selects the PostgreSQL store; may hold a password, so never in repr
+    database_url: str | None = field(default=None, repr=False)
     gemini_api_key: str | None = field(default=None, repr=False)
     gemini_base_url: str | None = None
     embedder: str | None = None  # None: "gemini" when keyed, else "local"
@@ -117,6 +122,11 @@ class Settings:
         return path
 
 
+def mask_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``: what logs, errors and the UI may show."""
+    return re.sub(r"(://[^:/@\s]*:)[^@/\s]*@", r"\1***@", url or "")
+
+
 def load_settings(
     env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None
 ) -> Settings:
@@ -136,6 +146,8 @@ def load_settings(
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"Setting {key} has an invalid value") from exc
     settings = Settings(**values)
+    if settings.database_url and not settings.database_url.startswith(POSTGRES_SCHEMES):
+        raise ValueError("MARGINALIA_DATABASE_URL must start with postgresql://")
     if settings.retrieval_mode not in RETRIEVAL_MODES:
         raise ValueError(
             f"MARGINALIA_RETRIEVAL must be one of {', '.join(RETRIEVAL_MODES)}"

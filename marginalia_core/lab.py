@@ -29,7 +29,7 @@ from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
 from marginalia_core.store import question_sets as qs
-from marginalia_core.store.sqlite import Store, blob_to_vector, vector_to_blob
+from marginalia_core.store.sqlite import Store
 
 if TYPE_CHECKING:
     from marginalia_core.workspace import Workspace
@@ -358,23 +358,16 @@ class RetrievalLab:
     def _cached_vectors(
         self, texts: list[str], target: int, overlap: int, *, progress=None, cancel=None
     ) -> dict[str, np.ndarray]:
-        emb, conn = self.ws.embedder, self.ws.store.conn
+        emb, store = self.ws.embedder, self.ws.store
         keys = {t: text_key(emb.key, t) for t in texts}
-        out: dict[str, np.ndarray] = {}
-        for t, k in keys.items():
-            row = conn.execute("SELECT vector FROM embedding_cache WHERE key = ?", (k,)).fetchone()
-            if row is not None:
-                out[t] = blob_to_vector(row[0])
+        cached = store.cached_vectors(list(keys.values()))
+        out: dict[str, np.ndarray] = {t: cached[k] for t, k in keys.items() if k in cached}
         missing = [t for t in texts if t not in out]
         if missing:  # the library's own chunks are vectors already computed
             own = set(missing)
-            for content, blob in conn.execute(
-                "SELECT c.content, c.embedding FROM chunks c JOIN documents d "
-                "ON d.id = c.document_id WHERE d.embed_model = ? AND d.embed_dim = ?",
-                (emb.model, emb.dimension),
-            ):
+            for content, vector in store.chunk_texts_and_vectors(emb.model, emb.dimension):
                 if content in own and content not in out:
-                    out[content] = blob_to_vector(blob)
+                    out[content] = vector
             self._store_vectors({t: out[t] for t in missing if t in out}, keys)
             missing = [t for t in missing if t not in out]
         self._last_embedded = len(missing)
@@ -392,11 +385,6 @@ class RetrievalLab:
         return out
 
     def _store_vectors(self, vectors: dict[str, Any], keys: dict[str, str]) -> None:
-        if not vectors:
-            return
-        with self.ws.store.write() as conn:
-            conn.executemany(
-                "INSERT OR IGNORE INTO embedding_cache (key, vector) VALUES (?, ?)",
-                [(keys[t], vector_to_blob(np.asarray(v, dtype=np.float32)))
-                 for t, v in vectors.items()],
-            )
+        self.ws.store.cache_vectors(
+            {keys[t]: np.asarray(v, dtype=np.float32) for t, v in vectors.items()}
+        )

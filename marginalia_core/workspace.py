@@ -21,7 +21,7 @@ from marginalia_core.ingest.jobs import Job, JobQueue, JobWorker, Upload
 from marginalia_core.ingest.page_images import PageImage, PageRenderer
 from marginalia_core.providers.embeddings import Embedder, get_embedder
 from marginalia_core.retrieval.retriever import Hit, Retriever
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore, open_store
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
@@ -73,15 +73,15 @@ class Workspace:
 
     def _applied_mark(self) -> str | None:
         """The applied settings' whole content (a handful of short rows): cheap to compare."""
-        row = self.store.conn.execute(
-            "SELECT group_concat(key || '=' || value, ';') FROM "
-            "(SELECT key, value FROM library_settings ORDER BY key)"
-        ).fetchone()
-        return row[0] if row else None
+        rows = self.store.conn.execute(
+            "SELECT key, value FROM library_settings ORDER BY key"
+        ).fetchall()
+        return ";".join(f"{k}={v}" for k, v in rows) or None
 
     @cached_property
-    def store(self) -> Store:
-        return Store(self.defaults.ensure_db_dir())
+    def store(self) -> LibraryStore:
+        """SQLite at ``MARGINALIA_DB``, or PostgreSQL when ``MARGINALIA_DATABASE_URL`` is set."""
+        return open_store(self.defaults)
 
     def applied_settings(self) -> dict[str, Any]:
         """The settings "Apply to Chat" saved for this library (only the ones it fixes)."""
@@ -184,7 +184,7 @@ class Workspace:
             "server": server,
             "embed_model": (s.embed_model or "") if s.embedder_name == "openai" else "",
             "retrieval": s.retrieval_mode,
-            "db": s.db_path,
+            "db": self.store.location if s.database_url else s.db_path,
         }
 
     def list_models(self) -> list[str]:

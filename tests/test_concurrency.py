@@ -30,13 +30,13 @@ import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import numpy as np
 import pytest
 
 from marginalia_core.chat.engine import ChatEngine
 from marginalia_core.ingest.pipeline import ingest_bytes, reindex_document
 from marginalia_core.retrieval.retriever import Retriever
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore as Store
+from marginalia_core.store.base import open_store
 
 SOAK_SECONDS = float(os.environ.get("MARGINALIA_SOAK_SECONDS", "60"))
 THREADS = 8
@@ -137,8 +137,9 @@ def check_consistency(store: Store, ledger: Ledger) -> dict[str, int]:
                       "chunks_without_embedding": 0, "orphan_chunks": 0}, report
     conn = store.conn
     chunks = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
-    assert conn.execute("SELECT COUNT(*) FROM chunks_fts_docsize").fetchone()[0] == chunks
-    conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
+    if store.backend == "sqlite":  # the FTS5 shadow tables (PostgreSQL's tsvector is a column)
+        assert conn.execute("SELECT COUNT(*) FROM chunks_fts_docsize").fetchone()[0] == chunks
+        conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
     orphans = conn.execute(
         "SELECT COUNT(*) FROM messages WHERE conversation_id NOT IN (SELECT id FROM conversations)"
     ).fetchone()[0]
@@ -161,7 +162,7 @@ def check_consistency(store: Store, ledger: Ledger) -> dict[str, int]:
 def test_eight_threads_soak_one_database(workspace):
     ws = workspace
     small = ws.settings.with_overrides(**SMALL_CHUNKS)
-    other = Store(ws.settings.db_path)  # another session / a CLI process on the same file
+    other = open_store(ws.settings)  # another session / a CLI process on the same file
     other_retriever = Retriever(other, ws.embedder, ws.settings)
     other_chat = ChatEngine(other, other_retriever, ws.answerer, ws.settings)
     ledger = Ledger()
@@ -257,11 +258,10 @@ def test_eight_threads_soak_one_database(workspace):
             ledger.count("search")
             if mode != "lexical" and hits:  # a hit's score is its own chunk's cosine
                 qvec = query_vectors[QUESTIONS.index(query)]
-                marks = ",".join("?" * len(hits))
-                rows = retriever.store.conn.execute(
-                    f"SELECT id, document_id, embedding FROM chunks WHERE id IN ({marks})",
-                    [h.chunk_id for h in hits]).fetchall()
-                own = {r[0]: (r[1], float(np.frombuffer(r[2], dtype="<f4") @ qvec)) for r in rows}
+                ids = [h.chunk_id for h in hits]
+                owners = retriever.store.chunks_by_ids(ids)
+                own = {c: (owners[c]["document_id"], float(v @ qvec))
+                       for c, v in zip(*retriever.store.vectors_by_ids(ids)) if c in owners}
                 for h in hits:
                     doc_id, cosine = own.get(h.chunk_id, (None, None))
                     if doc_id == h.document_id and abs(cosine - h.score) > 1e-3:
@@ -356,7 +356,7 @@ def test_deleted_document_is_never_served_by_a_stale_matrix(workspace):
     """Another session deletes a document after this session's matrix was loaded: the very
     next query (started after the delete returned) must not return it."""
     ws = workspace
-    other = Store(ws.settings.db_path)
+    other = open_store(ws.settings)
     keep = _ingest(ws.store, ws.embedder, ws.settings, "keep.md",
                    "Bookbinders sew quires together with linen thread.")
     gone = _ingest(ws.store, ws.embedder, ws.settings, "gone.md",
@@ -392,7 +392,7 @@ def test_search_racing_delete_and_reinsert_never_mislabels_a_hit(workspace, monk
     of the query and *that* chunk's own stored vector (or the hit is dropped).
     (Fails until chunk ids are never reused, see test_chunk_ids_are_never_reused_after_a_delete.)"""
     ws = workspace
-    other = Store(ws.settings.db_path)
+    other = open_store(ws.settings)
     gone = _ingest(ws.store, ws.embedder, ws.settings, "gone.md",
                    "Scribes wrote glosses in the margins of manuscripts.")
     query = "glosses in the margins of manuscripts"
@@ -414,9 +414,7 @@ def test_search_racing_delete_and_reinsert_never_mislabels_a_hit(workspace, monk
     monkeypatch.undo()
     assert fired
     for hit in hits:
-        blob = ws.store.conn.execute("SELECT embedding FROM chunks WHERE id = ?",
-                                     (hit.chunk_id,)).fetchone()
-        own = float(np.frombuffer(blob[0], dtype="<f4") @ qvec)
+        own = float(ws.store.vectors_by_ids([hit.chunk_id])[1][0] @ qvec)
         assert abs(own - hit.score) < 1e-4, (
             f"hit {hit.document_name!r} carries the score {hit.score:.3f} of a deleted chunk "
             f"(its own cosine is {own:.3f})")
@@ -427,7 +425,7 @@ def test_writers_on_two_connections_never_see_database_is_locked(workspace):
     """Short burst (always runs): two Stores, four writer threads, conversations and documents
     written at once; every write commits, none reports 'database is locked'."""
     ws = workspace
-    other = Store(ws.settings.db_path)
+    other = open_store(ws.settings)
     errors, done = [], defaultdict(int)
     rng = random.Random(3)
     texts = [doc_text(t, i, rng) for i, t in enumerate(TOPICS)]

@@ -6,7 +6,8 @@ chunk has a full-size embedding, FTS rows == chunk rows, no orphans) and keeps e
 ``done`` line was printed before the kill. Re-running the same command then completes the batch
 without duplicates: exit 0, already-indexed files reported as ``done`` with ``duplicate: true``.
 
-Offline (local MiniLM embedder), real subprocesses, ``--db`` in ``tmp_path``. Files are small
+Offline (local MiniLM embedder), real subprocesses, ``--db`` in ``tmp_path`` (or, on the
+PostgreSQL backend, ``MARGINALIA_DATABASE_URL`` naming this test's own database). Files are small
 (~200-character chunks) so one file embeds in ~1 s and a kill lands while ``embedding`` progress
 is still streaming.
 """
@@ -29,7 +30,13 @@ from pathlib import Path
 import pytest
 from conftest import offline_cli_env
 
+from marginalia_core.store.base import is_postgres_url
 from marginalia_core.store.sqlite import Store
+
+try:
+    from marginalia_core.store.postgres import PostgresStore
+except ImportError:  # PostgreSQL runs are skipped then (conftest's pg_server)
+    PostgresStore = None
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_DIM = 384
@@ -67,11 +74,27 @@ def make_batch(folder: Path, files: int, paragraphs: int, seed: int = 7) -> list
     return paths
 
 
-def ingest_cmd(db: Path, files: list[Path]) -> list[str]:
+def ingest_cmd(db: Path | str, files: list[Path]) -> list[str]:
+    where = [] if is_postgres_url(str(db)) else ["--db", str(db)]
     return [
         sys.executable, "-m", "marginalia_core", "ingest", *map(str, files),
-        "--db", str(db), "--embedder", "local", "--answerer", "extractive", *CHUNK_ARGS,
+        *where, "--embedder", "local", "--answerer", "extractive", *CHUNK_ARGS,
     ]
+
+
+def cli_env(db: Path | str) -> dict[str, str]:
+    env = offline_cli_env()
+    if is_postgres_url(str(db)):
+        env["MARGINALIA_DATABASE_URL"] = str(db)
+    return env
+
+
+@pytest.fixture
+def target(store_backend, tmp_path, request) -> Path | str:
+    """Where the killed runs write: a SQLite file, or a PostgreSQL database's URL."""
+    if store_backend == "postgres":
+        return request.getfixturevalue("pg_database")
+    return tmp_path / "crash.db"
 
 
 class Run:
@@ -79,7 +102,7 @@ class Run:
 
     def __init__(self, db: Path, files: list[Path]):
         self.proc = subprocess.Popen(
-            ingest_cmd(db, files), cwd=ROOT, env=offline_cli_env(), stdout=subprocess.PIPE,
+            ingest_cmd(db, files), cwd=ROOT, env=cli_env(db), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, bufsize=1,
         )
         self.events: list[dict] = []
@@ -132,8 +155,39 @@ def new_dones(events: list[dict]) -> list[dict]:
     return [e for e in events if e["type"] == "done" and not e.get("duplicate")]
 
 
-def check_database(db: Path, batch: list[Path]) -> dict[str, int]:
+def check_pg_database(url: str, batch: list[Path]) -> dict[str, int]:
+    """``check_database`` for PostgreSQL (its WAL replays a killed client's nothing: the
+    transaction simply never committed); same invariants through the store and plain SQL."""
+    store = PostgresStore(url)
+    try:
+        report = store.integrity_report()
+        assert report == {"integrity": "ok", "mismatched_documents": [],
+                          "chunks_without_embedding": 0, "orphan_chunks": 0}, report
+        raw = store.raw
+        assert raw.execute(
+            "SELECT COUNT(*) FROM chunks WHERE vector_dims(embedding) != %s", (LOCAL_DIM,)
+        ).fetchone()[0] == 0
+        assert raw.execute("SELECT COUNT(*) FROM chunks WHERE tsv IS NULL").fetchone()[0] == 0
+        gaps = raw.execute(
+            "SELECT d.name FROM documents d JOIN chunks c ON c.document_id = d.id GROUP BY d.id "
+            "HAVING MIN(c.idx) != 0 OR MAX(c.idx) != d.chunk_count - 1 "
+            "OR COUNT(DISTINCT c.idx) != d.chunk_count"
+        ).fetchall()
+        assert gaps == []
+        rows = raw.execute("SELECT name, chunk_count FROM documents").fetchall()
+    finally:
+        store.close()
+    names = [r[0] for r in rows]
+    assert len(names) == len(set(names)), "a document was stored twice"
+    assert set(names) <= {p.name for p in batch}
+    assert all(count > 0 for _, count in rows)
+    return dict(rows)
+
+
+def check_database(db: Path | str, batch: list[Path]) -> dict[str, int]:
     """Everything a kill must never break. Returns {name: chunk_count} of what is stored."""
+    if is_postgres_url(str(db)):
+        return check_pg_database(str(db), batch)
     raw = sqlite3.connect(db)
     try:
         assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
@@ -257,21 +311,21 @@ def kill_chain(db: Path, batch: list[Path], points: list[tuple[str, Callable]]) 
 
 # ----------------------------------------------------------------------------------- tests
 
-def test_kill_during_embedding_then_rerun_completes(tmp_path):
+def test_kill_during_embedding_then_rerun_completes(tmp_path, target):
     """One kill point (after the first ``done``, while the second file's embedding streams)."""
     batch = make_batch(tmp_path / "docs", files=2, paragraphs=10)
-    db = tmp_path / "crash.db"
+    db = target
     results = kill_chain(db, batch, [("embedding file 2", _embedding_mid_file(1))])
     assert results[0]["documents_after"] == 1
     assert results[0]["in_flight_committed"] is False
-    FIGURES["fast"] = results
+    FIGURES[f"fast {'postgres' if is_postgres_url(str(db)) else 'sqlite'}"] = results
 
 
 @pytest.mark.slow
-def test_kill_at_several_points_mid_batch(tmp_path):
+def test_kill_at_several_points_mid_batch(tmp_path, target):
     """7 files of ~25 chunks; kill -9 at five points, each run resuming the last, then rerun."""
     batch = make_batch(tmp_path / "docs", files=7, paragraphs=24, seed=11)
-    db = tmp_path / "crash.db"
+    db = target
     points = [
         ("first embedding event of file 1 (empty database)", _first_embedding_event),
         ("embedding mid-file, after the first done", _embedding_mid_file(1)),
@@ -281,7 +335,7 @@ def test_kill_at_several_points_mid_batch(tmp_path):
     ]
     results = kill_chain(db, batch, points)
     assert results[0]["documents_after"] == 0
-    FIGURES["slow"] = results
+    FIGURES[f"slow {'postgres' if is_postgres_url(str(db)) else 'sqlite'}"] = results
 
 
 def test_kill_before_first_commit_leaves_a_valid_empty_database(tmp_path):

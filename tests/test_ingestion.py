@@ -9,7 +9,6 @@ import pytest
 from marginalia_core.config import Settings
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path, safe_name
 from marginalia_core.providers.embeddings.gemini import GeminiEmbedder
-from marginalia_core.store.sqlite import Store
 
 TEXT = (
     "Marginalia are notes written in the margins of a book.\n\n"
@@ -63,9 +62,8 @@ def test_oversize_refused_before_reading(tmp_path, workspace):
     assert events[0]["reason"] == "too_large"
 
 
-def test_embedding_failure_leaves_database_as_it_was(db_path, fake_gemini):
+def test_embedding_failure_leaves_database_as_it_was(store, db_path, fake_gemini):
     settings = fake_gemini.settings(db_path=str(db_path))
-    store = Store(db_path)
     embedder = GeminiEmbedder(settings)
     ok = run(ingest_bytes(store, embedder, settings, "one.txt", TEXT))
     assert ok[-1]["type"] == "done"
@@ -77,9 +75,11 @@ def test_embedding_failure_leaves_database_as_it_was(db_path, fake_gemini):
     assert fake_gemini.api_key not in events[-1]["message"]
     assert [d["name"] for d in store.list_documents()] == ["one.txt"]
     assert store.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == before
-    store.close()
 
 
+# ~140 s, nearly all of it extracting and embedding: on PostgreSQL it would repeat that for the
+# same storage path the other ingestion tests cover
+@pytest.mark.sqlite_only
 def test_every_eval_pdf_indexed_or_refused_with_reason(pdf_dir, workspace):
     with open(pdf_dir / "MANIFEST.tsv", newline="") as fh:
         manifest = list(csv.DictReader(fh, delimiter="\t"))

@@ -29,6 +29,7 @@ def sample() -> QuestionSet:
     )
 
 
+@pytest.mark.sqlite_only
 def test_migration_creates_the_lab_tables(store):
     names = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"question_sets", "questions", "judgments", "retrieval_configs",
@@ -164,3 +165,15 @@ def test_saved_configurations(sets):
     with pytest.raises(qs.QuestionSetError, match="lexical k10"):
         sets.config("other")
     assert sets.delete_config("lexical k10") and sets.configs() == {}
+
+
+def test_applied_settings_replace_each_other(sets):
+    """Migration m010 / p003: the lab's applied settings are one JSON value per key, replaced
+    as a whole (a None value is left out, so that setting falls back to its default)."""
+    assert sets.applied_settings() == {}
+    sets.apply_settings({"retrieval_mode": "lexical", "top_k": 7, "min_score": None})
+    assert sets.applied_settings() == {"retrieval_mode": "lexical", "top_k": 7}
+    sets.apply_settings({"top_k": 3})
+    assert sets.applied_settings() == {"top_k": 3}
+    sets.apply_settings({})
+    assert sets.applied_settings() == {}

@@ -57,7 +57,7 @@ def test_filled_lists_give_every_candidate_both_scores(indexed):
     query = "lava silica viscosity"
     scored = ret.index.score_all(ret.embedder.embed_query(query))
     top = list(zip(scored.chunk_ids.tolist(), scored.scores.tolist()))
-    dense, lex = lexical.filled_lists(ret.store.conn, query, top[:1],
+    dense, lex = lexical.filled_lists(ret.store, query, top[:1],
                                       lambda ids: cosine_lookup(scored, ids))
     assert {c for c, _ in dense} == {c for c, _ in lex}
     assert dict(lex)[dense[0][0]] >= 0.0

@@ -1,4 +1,5 @@
-"""The SQLite store: schema, migrations, transactions, cascades, thread safety."""
+"""The store on both backends (SQLite and PostgreSQL, see conftest's ``store_backend``): schema,
+transactions, cascades, thread safety; the SQLite file's own migrations and pragmas."""
 
 from __future__ import annotations
 
@@ -14,11 +15,19 @@ import pytest
 from marginalia_core.errors import NotFoundError
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.store.migrations import applied, migrate, registered
-from marginalia_core.store.sqlite import Store, blob_to_vector
+from marginalia_core.store.sqlite import Store
+
+try:
+    import psycopg
+
+    INTEGRITY_ERRORS: tuple[type[BaseException], ...] = (sqlite3.IntegrityError,
+                                                         psycopg.IntegrityError)
+except ImportError:  # PostgreSQL runs are skipped then
+    INTEGRITY_ERRORS = (sqlite3.IntegrityError,)
 
 
 def _add(store: Store, name: str = "a.txt", text: str = "Alpha beta. " * 300, dim: int = 8, **kw):
-    chunks = chunk_text(text)
+    chunks = chunk_text(text, page_starts=list(kw.get("page_starts", [0])))
     vectors = np.random.default_rng(len(name)).normal(size=(len(chunks), dim)).astype(np.float32)
     return store.add_document(
         name=name, mime="text/plain", size=len(text), content_hash=kw.pop("content_hash", name),
@@ -38,6 +47,7 @@ def test_migrations_recorded_once(db_path):
     s2.close()
 
 
+@pytest.mark.sqlite_only
 def test_pragmas(store):
     conn = store.conn
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
@@ -49,11 +59,9 @@ def test_add_document_writes_chunks_and_vectors(store):
     assert doc["chunk_count"] == len(chunks) > 1
     rows = store.document_chunks(doc["id"])
     assert [r["idx"] for r in rows] == list(range(len(chunks)))
-    stored = store.conn.execute(
-        "SELECT embedding FROM chunks WHERE document_id = ? ORDER BY idx", (doc["id"],)
-    ).fetchall()
-    assert np.allclose(blob_to_vector(stored[0][0]), vectors[0])
-    assert len(stored[0][0]) == 8 * 4  # float32 little-endian
+    _, ids, matrix = store.load_vectors("m", 8)
+    assert ids.tolist() == [r["id"] for r in rows]
+    assert np.array_equal(matrix, vectors)  # float32 round trip, bit for bit
     text, pages = store.document_source(doc["id"])
     assert text.startswith("Alpha beta.") and pages == [0]
 
@@ -69,7 +77,7 @@ def test_failed_write_leaves_nothing(store):
             chunks=chunks, embeddings=bad, chunk_target=1400, chunk_overlap=200,
         )
     # a constraint failure inside the transaction rolls back the document row too
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(INTEGRITY_ERRORS):
         _add(store, "first.txt")  # same content hash
     assert [d["name"] for d in store.list_documents()] == ["first.txt"]
     assert store.generation() == before
@@ -83,7 +91,7 @@ def test_delete_cascades_and_bumps_generation(store):
     assert store.delete_document(doc["id"])
     assert store.generation() == gen + 1
     assert store.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
-    assert store.conn.execute("SELECT COUNT(*) FROM chunks_fts").fetchone()[0] == 0
+    assert store.bm25(["alpha"], limit=10) == []  # gone from the full-text index too
     assert not store.delete_document(doc["id"])
     with pytest.raises(NotFoundError):
         store.get_document(doc["id"])
@@ -130,7 +138,7 @@ def test_add_exchange_creates_conversation_atomically(store):
     store.add_exchange("c1", "title", "q", "a", [])
     assert store.get_conversation("c1")["title"] == "title"
     # the role check fails on the second insert -> the first is rolled back with it
-    with pytest.raises(sqlite3.IntegrityError), store.write():
+    with pytest.raises(INTEGRITY_ERRORS), store.write():
         store._insert_message("c1", "user", "q2", ())
         store._insert_message("c1", "robot", "a2", ())
     assert len(store.messages("c1")) == 2
@@ -144,8 +152,7 @@ def test_messages_limit_keeps_latest_in_order(store):
     assert [m["content"] for m in last] == [f"m{i}" for i in range(4, 14)]
 
 
-def test_threads_write_and_read_concurrently(db_path):
-    store = Store(db_path)
+def test_threads_write_and_read_concurrently(store):
     errors: list[BaseException] = []
 
     def writer(i: int) -> None:
@@ -172,9 +179,9 @@ def test_threads_write_and_read_concurrently(db_path):
     assert not errors
     assert len(store.list_documents()) == 20
     assert not store.integrity_report()["mismatched_documents"]
-    store.close()
 
 
+@pytest.mark.sqlite_only
 def test_database_is_browsable_with_sqlite_utils(store):
     """The README points people at sqlite-utils/Datasette: the tables they'd look at are there."""
     _add(store)
@@ -275,6 +282,37 @@ def test_a_release_0_1_library_is_searchable_and_answerable_after_the_upgrade(tm
         ws.close()
 
 
+def test_embedding_cache_and_chunk_vectors(store):
+    """What the retrieval lab's chunk sweep reuses instead of embedding again."""
+    doc, chunks, vectors = _add(store)
+    v = np.arange(8, dtype=np.float32)
+    store.cache_vectors({"k1": v, "k2": v + 1})
+    store.cache_vectors({"k1": v * 0})  # an existing key is kept
+    got = store.cached_vectors(["k1", "k2", "missing"])
+    assert set(got) == {"k1", "k2"} and np.array_equal(got["k1"], v)
+    own = dict(store.chunk_texts_and_vectors("m", 8))
+    assert np.array_equal(own[chunks[0].text], vectors[0])
+    assert list(store.chunk_texts_and_vectors("other", 8)) == []
+
+
+def test_rename_search_and_original_file(store):
+    """The conversation list's rename and search, and the PDF bytes kept for page views."""
+    conv = store.create_conversation("Sourdough")
+    store.add_exchange(conv["id"], "Sourdough", "How often to feed 100% starter?", "Daily.", [])
+    store.create_conversation("Quinces")
+    assert store.rename_conversation(conv["id"], "Bread")["title"] == "Bread"
+    with pytest.raises(NotFoundError):
+        store.rename_conversation("missing", "x")
+    found = store.search_conversations("100%")  # % is text, not a wildcard
+    assert [c["id"] for c in found] == [conv["id"]] and found[0]["matched"].startswith("How")
+    assert [c["title"] for c in store.search_conversations("BREAD")] == ["Bread"]
+    assert store.search_conversations("10_%") == []
+    doc, _, _ = _add(store, "p.pdf", original=b"%PDF-1.4 bytes")
+    assert store.document_file(doc["id"]) == b"%PDF-1.4 bytes"
+    store.delete_document(doc["id"])
+    assert store.document_file(doc["id"]) is None
+
+
 def test_m006_upgrades_a_library_with_conversations(db_path):
     """A library made before m006 keeps its conversations: each searches every document, its
     earlier answers have no saved query and are renumbered from [1] like new ones."""
@@ -310,3 +348,43 @@ def test_m006_upgrades_a_library_with_conversations(db_path):
     store.set_conversation_documents("c1", [])
     assert store.get_conversation("c1")["documents"] is None
     store.close()
+
+
+def test_ocr_pages_kept_on_the_document_and_its_chunks(store):
+    """m008 / p003: which pages OCR read is stored as a list and flags the chunks on them."""
+    plain, _, _ = _add(store, "typed.txt")
+    assert plain["ocr_pages"] == [] and store.get_document(plain["id"])["ocr_pages"] == []
+    text = "Scanned words. " * 300
+    doc, chunks, _ = _add(store, "scan.pdf", text=text, page_count=2, page_starts=(0, 2000),
+                          ocr_pages=[2])
+    assert store.get_document(doc["id"])["ocr_pages"] == [2]
+    assert [d["ocr_pages"] for d in store.list_documents() if d["id"] == doc["id"]] == [[2]]
+    assert store.find_by_hash("scan.pdf")["ocr_pages"] == [2]
+    ids = [c["id"] for c in store.document_chunks(doc["id"])]
+    rows = store.chunks_by_ids(ids)
+    assert any(r["ocr"] for r in rows.values())
+    assert all(r["ocr"] == (r["page_end"] >= 2) for r in rows.values())
+
+
+def test_conversation_scope_query_and_keep(store):
+    """m006 / p003: a conversation's document scope (KEEP leaves it, None clears it), the
+    query searched kept on each answer, and the scope's deleted documents left out."""
+    from marginalia_core.store.sqlite import KEEP
+
+    a, _, _ = _add(store, "a.txt")
+    b, _, _ = _add(store, "b.txt")
+    store.add_exchange("c1", "T", "q1?", "a1", [], query="rewritten q1", documents=[b["id"], a["id"]])
+    assert store.get_conversation("c1")["documents"] == [b["id"], a["id"]]
+    store.add_exchange("c1", "T", "q2?", "a2", [], documents=KEEP)
+    assert store.get_conversation("c1")["documents"] == [b["id"], a["id"]]
+    answers = [m for m in store.messages("c1") if m["role"] == "assistant"]
+    assert [m["query"] for m in answers] == ["rewritten q1", None]
+    assert store.missing_documents([a["id"], "nope", a["id"]]) == ["nope"]
+    assert store.chunk_ids_of_documents([a["id"]]) == sorted(
+        c["id"] for c in store.document_chunks(a["id"]))
+    store.delete_document(b["id"])
+    assert store.get_conversation("c1")["documents"] == [a["id"]]
+    store.add_exchange("c1", "T", "q3?", "a3", [], documents=None)
+    assert store.get_conversation("c1")["documents"] is None
+    with pytest.raises(NotFoundError):
+        store.set_conversation_documents("missing", [a["id"]])

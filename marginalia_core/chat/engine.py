@@ -41,7 +41,8 @@ from marginalia_core.providers.answerers.prompting import (
     rewrite_follow_up,
 )
 from marginalia_core.retrieval.retriever import Retriever
-from marginalia_core.store.sqlite import KEEP, Keep, Store, new_id
+from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.sqlite import KEEP, Keep, new_id
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def history_turn(message: dict[str, Any]) -> HistoryTurn:
 
 
 class ChatEngine:
-    def __init__(self, store: Store, retriever: Retriever, answerer: Answerer, settings: Settings):
+    def __init__(self, store: LibraryStore, retriever: Retriever, answerer: Answerer, settings: Settings):
         self.store = store
         self.retriever = retriever
         self.answerer = answerer

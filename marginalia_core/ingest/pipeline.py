@@ -24,7 +24,7 @@ from marginalia_core.errors import MarginaliaError, TooLargeError
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.ingest.extraction import Extracted, extract
 from marginalia_core.providers.embeddings.base import Embedder
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ def _embed_with_progress(
 
 
 def _index_text(
-    store: Store,
+    store: LibraryStore,
     embedder: Embedder,
     *,
     name: str,
@@ -250,7 +250,7 @@ def _index_text(
 
 
 def ingest_bytes(
-    store: Store,
+    store: LibraryStore,
     embedder: Embedder,
     settings: Settings,
     name: str,
@@ -406,7 +406,7 @@ def read_path(
 
 
 def ingest_path(
-    store: Store,
+    store: LibraryStore,
     embedder: Embedder,
     settings: Settings,
     path: str | Path,
@@ -422,7 +422,7 @@ def ingest_path(
 
 
 def reindex_document(
-    store: Store,
+    store: LibraryStore,
     embedder: Embedder,
     settings: Settings,
     document_id: str,

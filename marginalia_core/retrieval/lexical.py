@@ -49,6 +49,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marginalia_core.store.base import LexicalSource
+from marginalia_core.store.sqlite import SqliteLexical, fts_match
+
 # --- defaults, chosen on SciFact train (see the module docstring) -----------------------------
 FUSION = "convex"  # "convex" | "rrf"
 NORMALIZATION = "tmm"  # for "convex": "minmax" | "zscore" | "tmm" (theoretical-min-max)
@@ -103,13 +106,11 @@ def fts_query(text: str, *, require_all: bool = False) -> str | None:
     or punctuation).
     """
     terms = query_terms(text)
-    if not terms:
-        return None
-    return (" AND " if require_all else " OR ").join(f'"{t}"' for t in terms)
+    return fts_match(terms, require_all=require_all) if terms else None
 
 
 def filled_lists(
-    conn: sqlite3.Connection,
+    conn: LexicalSource | sqlite3.Connection,
     query: str,
     dense: Sequence[tuple[int, float]],
     cosine_of: Callable[[Sequence[int]], Sequence[float | None]],
@@ -138,38 +139,36 @@ def filled_lists(
     return dense_full, lex + [(c, found.get(c, 0.0)) for c in missing]
 
 
+def lexical_source(source: LexicalSource | sqlite3.Connection) -> LexicalSource:
+    """The store's lexical side; a bare SQLite connection (benchmarks, scratch files) is wrapped
+    in ``SqliteLexical``, so every function here works on any store."""
+    return SqliteLexical(source) if isinstance(source, sqlite3.Connection) else source
+
+
 def bm25_search(
-    conn: sqlite3.Connection,
+    source: LexicalSource | sqlite3.Connection,
     query: str,
     *,
     limit: int = CANDIDATES,
     chunk_ids: Iterable[int] | None = None,
     require_all: bool = False,
 ) -> list[tuple[int, float]]:
-    """Chunks matching ``query`` by FTS5 BM25, best first: ``[(chunk_id, score), ...]``.
+    """Chunks matching ``query`` by the store's lexical ranking, best first:
+    ``[(chunk_id, score)]``, larger is better.
 
-    ``score = -bm25(chunks_fts)`` so it is positive and larger is better (FTS5's bm25 has
-    k1 = 1.2, b = 0.75; IDF floors at 1e-6 for terms in over half the chunks). ``chunk_ids``
+    SQLite: FTS5 ``-bm25(chunks_fts)`` (k1 = 1.2, b = 0.75; IDF floors at 1e-6 for terms in
+    over half the chunks). PostgreSQL: ``ts_rank`` over a ``tsvector`` column. ``chunk_ids``
     restricts the search to those chunks (e.g. one document's, or one embedder's);
-    ``require_all`` keeps only chunks containing every query term. Free text
-    goes through ``fts_query``, so no input raises an FTS5 syntax error; no terms -> [].
+    ``require_all`` keeps only chunks containing every query term. Free text goes through
+    ``query_terms``, so no input raises a syntax error; no terms -> [].
     """
-    match = fts_query(query, require_all=require_all)
-    if match is None or limit <= 0:
+    terms = query_terms(query)
+    if not terms or limit <= 0:
         return []
-    sql = "SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
-    params: list[Any] = [match]
-    if chunk_ids is not None:
-        ids = sorted({int(i) for i in chunk_ids})
-        if not ids:
-            return []
-        # the unary + keeps SQLite from re-running the whole MATCH once per listed id
-        # (45 ms -> 0.6 ms per hybrid query on 1,800 real chunks)
-        sql += " AND +rowid IN (SELECT value FROM json_each(?))"
-        params.append("[" + ",".join(map(str, ids)) + "]")
-    sql += " ORDER BY bm25(chunks_fts), rowid LIMIT ?"
-    params.append(int(limit))
-    return [(int(r), float(s)) for r, s in conn.execute(sql, params)]
+    ids = None if chunk_ids is None else [int(i) for i in chunk_ids]
+    return lexical_source(source).bm25(
+        terms, limit=int(limit), chunk_ids=ids, require_all=require_all
+    )
 
 
 # --- query signals: how much each term tells, and how much of it a chunk contains ----------
@@ -193,47 +192,38 @@ def _idf(n: int, total: int) -> float:
     return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
 
 
-def term_weights(conn: sqlite3.Connection, query: str) -> dict[str, float]:
+def term_weights(source: LexicalSource | sqlite3.Connection, query: str) -> dict[str, float]:
     """IDF of each query term over the indexed chunks, as a share of the largest IDF possible
     in this library (a term found in one chunk, or in none: 1.0).
 
-    One FTS5 count per term (the tokenizer stems it as it stems the text)."""
+    One count per term (the store stems it as it stems the text)."""
     terms = query_terms(query)
     if not terms:
         return {}
-    total = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    total, counts = lexical_source(source).term_chunk_counts(terms)
     scale = _idf(1, total) or 1.0
-    out = {}
-    for t in terms:
-        n = int(
-            conn.execute(
-                "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (f'"{t}"',)
-            ).fetchone()[0]
-        )
-        # a term no chunk contains is as rare as a term can be: it still counts in the
-        # query's weight, so a chunk matching only the other words covers less of it
-        out[t] = _idf(n, total) / scale if n else 1.0
-    return out
+    # a term no chunk contains is as rare as a term can be: it still counts in the
+    # query's weight, so a chunk matching only the other words covers less of it
+    return {t: _idf(counts[t], total) / scale if counts.get(t) else 1.0 for t in terms}
 
 
 def term_coverage(
-    conn: sqlite3.Connection, query: str, chunk_ids: Sequence[int], weights: Mapping[str, float]
+    source: LexicalSource | sqlite3.Connection,
+    query: str,
+    chunk_ids: Sequence[int],
+    weights: Mapping[str, float],
 ) -> dict[int, float]:
     """Per chunk, the share of the query's term weight (IDF) its text contains, 0-1."""
     total = sum(weights.values())
     if not chunk_ids or total <= 0:  # no searchable term
         return {}
-    ids = "[" + ",".join(str(int(i)) for i in sorted(set(chunk_ids))) + "]"
+    lex = lexical_source(source)
     got: dict[int, float] = {}
     for t, w in weights.items():
         if w <= 0:
             continue
-        for (rowid,) in conn.execute(
-            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
-            "AND +rowid IN (SELECT value FROM json_each(?))",
-            (f'"{t}"', ids),
-        ):
-            got[int(rowid)] = got.get(int(rowid), 0.0) + w
+        for rowid in lex.chunks_containing(t, chunk_ids):
+            got[rowid] = got.get(rowid, 0.0) + w
     return {c: v / total for c, v in got.items()}
 
 

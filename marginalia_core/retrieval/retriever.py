@@ -20,7 +20,7 @@ from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.ranking import Scored, VectorIndex, top_k
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore
 
 EXCERPT_CHARS = 280
 # Hybrid mode keeps this many chunks that contain *every* query term even when their cosine is
@@ -164,7 +164,7 @@ def make_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
 class Retriever:
     """Ranks the chunks indexed by one embedder; never mixes vectors of different embedders."""
 
-    def __init__(self, store: Store, embedder: Embedder, settings: Settings):
+    def __init__(self, store: LibraryStore, embedder: Embedder, settings: Settings):
         self.store = store
         self.embedder = embedder
         self.settings = settings
@@ -263,7 +263,7 @@ class Retriever:
         if not len(top.chunk_ids):
             return Candidates.empty(query)
         dense, lex = lexical.filled_lists(
-            self.store.conn,
+            self.store,
             query,
             list(zip(top.chunk_ids.tolist(), top.scores.tolist())),
             lambda ids: self.index.cosine(vector, list(ids)),
@@ -275,11 +275,11 @@ class Retriever:
         rescued = frozenset(
             cid
             for cid, _ in lexical.bm25_search(
-                self.store.conn, query, limit=KEYWORD_RESCUE, require_all=True, chunk_ids=allowed
+                self.store, query, limit=KEYWORD_RESCUE, require_all=True, chunk_ids=allowed
             )
         )
-        weights = lexical.term_weights(self.store.conn, query)
-        coverage = lexical.term_coverage(self.store.conn, query, ids, weights)
+        weights = lexical.term_weights(self.store, query)
+        coverage = lexical.term_coverage(self.store, query, ids, weights)
         return Candidates(
             query=query,
             chunk_ids=ids,
@@ -414,7 +414,7 @@ class Retriever:
         order = np.lexsort((scored.chunk_ids, -scored.scores))
         ids = scored.chunk_ids[order].tolist()
         scores = scored.scores[order].tolist()
-        lex = dict(lexical.bm25_search(self.store.conn, query, limit=len(ids)))
+        lex = dict(lexical.bm25_search(self.store, query, limit=len(ids)))
         rows = self.store.chunks_by_ids(ids)
         table = []
         for rank, (cid, score) in enumerate(zip(ids, scores), start=1):

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from marginalia_core.errors import MarginaliaError
-from marginalia_core.store.sqlite import Store, new_id, now_iso
+from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.sqlite import new_id, now_iso
 
 # A chunk matches a span judgment when they share at least this share of the shorter of the two
 SPAN_OVERLAP = 0.5
@@ -127,7 +128,7 @@ def parse_pages(value: str) -> tuple[int | None, int | None]:
 class QuestionSets:
     """Question sets and saved configurations stored in one library's database."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: LibraryStore):
         self.store = store
 
     # -- sets --------------------------------------------------------------------------------

@@ -1,0 +1,196 @@
+"""What the rest of the core asks of a library store, whichever database holds it.
+
+Two implementations: ``store.sqlite.Store`` (the embedded default, one file at ``MARGINALIA_DB``)
+and ``store.postgres.PostgresStore`` (``MARGINALIA_DATABASE_URL=postgresql://...``, shared by
+several app processes on several machines). ``open_store`` picks one from the settings.
+
+``conn`` and ``write()`` remain for the few callers with portable SQL (question sets): qmark
+(``?``) parameters, rows readable by name and by position, on both backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from marginalia_core.config import POSTGRES_SCHEMES, Settings
+
+
+class ChunkRecord(Protocol):
+    """What the store keeps of a chunk (``ingest.chunking.Chunk`` is one): the store sits below
+    ingestion, so it names the fields rather than importing the chunker."""
+
+    # read-only properties, so a frozen dataclass (``Chunk``) satisfies the protocol
+    @property
+    def idx(self) -> int: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def page_start(self) -> int: ...
+    @property
+    def page_end(self) -> int: ...
+
+
+@runtime_checkable
+class LexicalSource(Protocol):
+    """Full-text side of a store, as ``retrieval.lexical`` uses it. ``terms`` are already
+    lower-cased, stopword-free tokens (``lexical.query_terms``); scores are larger-is-better."""
+
+    def bm25(
+        self,
+        terms: Sequence[str],
+        *,
+        limit: int,
+        chunk_ids: Sequence[int] | None = None,
+        require_all: bool = False,
+    ) -> list[tuple[int, float]]: ...
+
+    def term_chunk_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]: ...
+
+    def chunks_containing(self, term: str, chunk_ids: Sequence[int]) -> list[int]: ...
+
+
+@runtime_checkable
+class LibraryStore(LexicalSource, Protocol):
+    """Documents, chunks with vectors, lexical search, conversations, messages, the embedding
+    cache, and (through ``conn``/``write``) question sets."""
+
+    backend: str  # "sqlite" | "postgresql"
+
+    @property
+    def location(self) -> str: ...  # where the library lives, safe to show (no password)
+
+    @property
+    def conn(self) -> Any: ...
+
+    def write(self) -> AbstractContextManager[Any]: ...
+
+    def close(self) -> None: ...
+
+    # change counters: in-memory indexes reload when these move (any process)
+    def generation(self) -> int: ...
+
+    def counters(self) -> tuple[int, int]: ...
+
+    # documents
+    def find_by_hash(self, content_hash: str) -> dict[str, Any] | None: ...
+
+    def add_document(
+        self,
+        *,
+        name: str,
+        mime: str,
+        size: int,
+        content_hash: str,
+        embed_model: str,
+        embed_dim: int,
+        chunks: Sequence[ChunkRecord],
+        embeddings: np.ndarray,
+        page_count: int = 1,
+        chunk_target: int,
+        chunk_overlap: int,
+        text: str = "",
+        page_starts: Sequence[int] = (0,),
+        replace_id: str | None = None,
+        document_id: str | None = None,
+        original: bytes | None = None,
+        ocr_pages: Sequence[int] = (),
+    ) -> dict[str, Any]: ...
+
+    def document_file(self, document_id: str) -> bytes | None: ...
+
+    def list_documents(self) -> list[dict[str, Any]]: ...
+
+    def get_document(self, document_id: str) -> dict[str, Any]: ...
+
+    def delete_document(self, document_id: str) -> bool: ...
+
+    def document_source(self, document_id: str) -> tuple[str, list[int]]: ...
+
+    # chunks and vectors
+    def embedder_counts(self) -> dict[tuple[str, int], int]: ...
+
+    def load_vectors(
+        self, embed_model: str, embed_dim: int, *, after_id: int = 0
+    ) -> tuple[tuple[int, int], np.ndarray, np.ndarray]: ...
+
+    def chunks_by_ids(self, chunk_ids: Sequence[int]) -> dict[int, dict[str, Any]]: ...
+
+    def vectors_by_ids(self, chunk_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def vector_ids(self, embed_model: str, embed_dim: int) -> tuple[tuple[int, int], np.ndarray]: ...
+
+    def vector_pages(
+        self, embed_model: str, embed_dim: int, *, after_id: int = 0, page_rows: int = ...
+    ) -> Iterator[tuple[tuple[int, int], np.ndarray, np.ndarray]]: ...
+
+    def library_token(self) -> int: ...
+
+    def document_chunks(self, document_id: str) -> list[dict[str, Any]]: ...
+
+    def chunk_ids_of_documents(self, document_ids: Sequence[str]) -> list[int]: ...
+
+    def missing_documents(self, document_ids: Sequence[str]) -> list[str]: ...
+
+    def integrity_report(self) -> dict[str, Any]: ...
+
+    # embedding cache
+    def cached_vectors(self, keys: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    def cache_vectors(self, vectors: dict[str, np.ndarray]) -> None: ...
+
+    def chunk_texts_and_vectors(
+        self, embed_model: str, embed_dim: int
+    ) -> Iterator[tuple[str, np.ndarray]]: ...
+
+    # conversations and messages
+    def create_conversation(self, title: str) -> dict[str, Any]: ...
+
+    def list_conversations(self) -> list[dict[str, Any]]: ...
+
+    def get_conversation(self, conversation_id: str) -> dict[str, Any]: ...
+
+    def set_conversation_documents(
+        self, conversation_id: str, document_ids: Sequence[str] | None
+    ) -> None: ...
+
+    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]: ...
+
+    def search_conversations(self, text: str, limit: int = 50) -> list[dict[str, Any]]: ...
+
+    def delete_conversation(self, conversation_id: str) -> bool: ...
+
+    def add_message(
+        self, conversation_id: str, role: str, content: str,
+        sources: Sequence[dict[str, Any]] = (),
+    ) -> dict[str, Any]: ...
+
+    def add_exchange(
+        self, conversation_id: str, title: str, question: str, answer: str,
+        sources: Sequence[dict[str, Any]], *, query: str | None = None,
+        documents: Any = ...,  # a list of ids, None (all) or sqlite.KEEP (leave as it is)
+    ) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+
+def is_postgres_url(url: str | None) -> bool:
+    return bool(url) and str(url).startswith(POSTGRES_SCHEMES)
+
+
+def open_store(settings: Settings) -> LibraryStore:
+    """PostgreSQL when ``MARGINALIA_DATABASE_URL`` is set, else the SQLite file."""
+    if settings.database_url:
+        from marginalia_core.store.postgres import PostgresStore
+
+        return PostgresStore(settings.database_url)
+    from marginalia_core.store.sqlite import Store
+
+    return Store(settings.ensure_db_dir())

@@ -1,0 +1,248 @@
+"""What only the PostgreSQL store has: its own migrations under an advisory lock, a partial HNSW
+index per embedder, ranking in the database, masked URLs, ``migrate-store`` from a SQLite
+library with nothing lost, and the CLI and the app running on it. (The behaviour shared with
+SQLite runs on both backends in test_store, test_retrieval, test_ingestion, test_chat,
+test_concurrency and test_crash_safety.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import streamlit as st
+from conftest import ROOT, SAMPLES, offline_cli_env, pg_url
+from streamlit.testing.v1 import AppTest
+
+from marginalia_core.config import Settings, load_settings, mask_url
+from marginalia_core.ingest.chunking import chunk_text
+from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.store.question_sets import QuestionSets
+from marginalia_core.store.sqlite import Store
+
+psycopg = pytest.importorskip("psycopg")
+from marginalia_core.store.postgres import (  # noqa: E402
+    PG_MIGRATIONS,
+    MigrationRefused,
+    PostgresStore,
+    applied_pg,
+    hnsw_index_name,
+    import_sqlite,
+)
+
+FERMAT = "What did Fermat write in the margin?"
+
+
+@pytest.fixture
+def empty_pg_database(pg_server):
+    """A database with no schema at all (not the migrated template)."""
+    name = "fresh_" + str(abs(hash(threading.get_ident())) % 10**8)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    yield pg_url(pg_server, name)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _add(store, name: str, dim: int = 8, model: str = "m", seed: int = 0):
+    chunks = chunk_text(f"{name} words here. " * 200)
+    vectors = np.random.default_rng(seed).normal(size=(len(chunks), dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return store.add_document(
+        name=name, mime="text/plain", size=1, content_hash=name, embed_model=model,
+        embed_dim=dim, chunks=chunks, embeddings=vectors, chunk_target=1400, chunk_overlap=200,
+    ), vectors
+
+
+def test_processes_opening_a_new_database_at_once_apply_each_migration_once(empty_pg_database):
+    errors: list[BaseException] = []
+    stores: list[PostgresStore] = []
+
+    def open_one() -> None:
+        try:
+            stores.append(PostgresStore(empty_pg_database))
+        except BaseException as exc:  # pragma: no cover - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert applied_pg(stores[0].raw) == [name for name, _ in PG_MIGRATIONS]
+    assert stores[0].generation() == 0
+    for s in stores:
+        s.close()
+
+
+def test_each_embedder_gets_its_own_hnsw_index_and_ranks_like_numpy(pg_database):
+    store = PostgresStore(pg_database)
+    _, va = _add(store, "a.txt", dim=8, model="m1", seed=1)
+    _add(store, "b.txt", dim=16, model="m2", seed=2)
+    indexes = {r[0] for r in store.raw.execute(
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'chunks'")}
+    assert {hnsw_index_name("m1/8"), hnsw_index_name("m2/16")} <= indexes
+    _, ids, matrix = store.load_vectors("m1", 8)
+    q = va[0]
+    want = ids[np.argsort(-(matrix @ q), kind="stable")][:5].tolist()
+    exact = store.nearest("m1", 8, q, k=5, exact=True)
+    assert [c for c, _ in exact] == want
+    assert exact[0][1] == pytest.approx(1.0, abs=1e-5)
+    approx = store.nearest("m1", 8, q, k=5, ef_search=100)
+    assert approx[0][0] == want[0]
+    # the other embedder's chunks are never candidates
+    assert set(c for c, _ in store.nearest("m1", 8, q, k=500)) <= set(ids.tolist())
+    store.close()
+
+
+def test_urls_with_passwords_are_masked(pg_server):
+    url = "postgresql://marg:s3cret-pw@db.example.invalid:5432/lib"
+    assert mask_url(url) == "postgresql://marg:***@db.example.invalid:5432/lib"
+    settings = load_settings({"MARGINALIA_DATABASE_URL": url})
+    assert settings.database_url == url and "s3cret" not in repr(settings)
+    with pytest.raises(ValueError, match="postgresql://"):
+        load_settings({"MARGINALIA_DATABASE_URL": "mysql://x"})
+    # a refused connection names the server, never the password
+    bad = pg_url(pg_server, "no_such_db").replace("postgres:@", "postgres:hunter2@")
+    with pytest.raises(ConnectionError) as info:
+        PostgresStore(bad)
+    assert "hunter2" not in str(info.value) and "***" in str(info.value)
+
+
+def _sqlite_library(tmp_path, local_embedder) -> Settings:
+    settings = Settings(db_path=str(tmp_path / "lib.db"), embedder="local", answerer="extractive")
+    from marginalia_core.workspace import Workspace
+
+    ws = Workspace(settings)
+    ws.__dict__["embedder"] = local_embedder
+    for p in sorted(SAMPLES.iterdir()):
+        if p.suffix in (".md", ".pdf"):
+            end = list(ingest_bytes(ws.store, ws.embedder, settings, p.name, p.read_bytes()))[-1]
+            assert end["type"] == "done", end
+    kept = ws.documents()[0]["id"]
+    list(ws.ask(FERMAT, documents=[kept]))  # a conversation scope and a saved query (m006)
+    ws.store.delete_document(ws.documents()[-1]["id"])  # ids with a gap, as real libraries have
+    QuestionSets(ws.store).apply_settings({"top_k": 4})  # library settings (m010)
+    csv = tmp_path / "q.csv"
+    csv.write_text("question,document,page\nWho wrote in the margin?,how-marginalia-works.md,\n")
+    ws.lab.import_set(csv, name="margins")
+    ws.close()
+    return settings
+
+
+def test_migrate_store_copies_a_sqlite_library_with_nothing_lost(
+    tmp_path, local_embedder, pg_database
+):
+    settings = _sqlite_library(tmp_path, local_embedder)
+    proc = subprocess.run(
+        [sys.executable, "-m", "marginalia_core", "migrate-store", "--db", settings.db_path,
+         "--to", pg_database],
+        cwd=ROOT, env=offline_cli_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["type"] == "done"
+    assert all(c["sqlite"] == c["postgresql"] for c in report["counts"].values())
+    assert report["counts"]["chunks"]["sqlite"] > 3 and report["counts"]["messages"]["sqlite"] == 2
+    assert report["vectorsEqual"] == report["vectorsCompared"] > 0
+
+    # the same library answers the same way: documents, chunk ids, vectors, dense ranking
+    src, dst = Store(settings.db_path), PostgresStore(pg_database)
+    assert src.list_documents() == dst.list_documents()
+    (_, ids_a, m_a), (_, ids_b, m_b) = (
+        s.load_vectors(local_embedder.model, local_embedder.dimension) for s in (src, dst))
+    assert np.array_equal(ids_a, ids_b) and np.array_equal(m_a, m_b)
+    assert [m["content"] for c in src.list_conversations() for m in src.messages(c["id"])] == \
+        [m["content"] for c in dst.list_conversations() for m in dst.messages(c["id"])]
+    # conversation scope, each answer's query and the applied settings come along
+    (conv,) = src.list_conversations()
+    assert src.get_conversation(conv["id"])["documents"] is not None
+    assert src.get_conversation(conv["id"]) == dst.get_conversation(conv["id"])
+    assert [m["query"] for m in src.messages(conv["id"])] == \
+        [m["query"] for m in dst.messages(conv["id"])]
+    assert any(m["query"] for m in dst.messages(conv["id"]))
+    assert QuestionSets(dst).applied_settings() == QuestionSets(src).applied_settings() == {"top_k": 4}
+    # new chunks continue after the copied ids
+    doc, _ = _add(dst, "after.txt", dim=local_embedder.dimension, model=local_embedder.model)
+    assert min(c["id"] for c in dst.document_chunks(doc["id"])) > int(ids_a.max())
+    # a second copy into a database that holds a library is refused, nothing written
+    with pytest.raises(MigrationRefused):
+        import_sqlite(src, dst)
+    src.close()
+    dst.close()
+
+
+def test_cli_ingest_search_ask_on_postgres(tmp_path, pg_database):
+    env = offline_cli_env() | {"MARGINALIA_DATABASE_URL": pg_database,
+                               "MARGINALIA_EMBEDDER": "local", "MARGINALIA_ANSWERER": "extractive"}
+
+    def call(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "marginalia_core", *argv], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+
+    ingest = call("ingest", *(str(p) for p in sorted(SAMPLES.glob("*.md"))))
+    assert ingest.returncode == 0, ingest.stderr
+    search = call("search", "Fermat margin")
+    assert search.returncode == 0, search.stderr
+    hits = [json.loads(line) for line in search.stdout.splitlines()]
+    assert hits and "marginalia" in json.dumps(hits[0])
+    ask = call("ask", FERMAT)
+    events = [json.loads(line) for line in ask.stdout.splitlines()]
+    assert ask.returncode == 0 and events[0]["type"] == "meta" and events[-1]["type"] == "done"
+    assert events[0]["sources"]
+    assert not (tmp_path / "data").exists()  # no SQLite file was made on the side
+
+
+def test_the_app_runs_on_postgres(pg_database, monkeypatch, local_embedder):
+    monkeypatch.setenv("MARGINALIA_DATABASE_URL", pg_database)
+    monkeypatch.setenv("MARGINALIA_EMBEDDER", "local")
+    monkeypatch.setenv("MARGINALIA_ANSWERER", "extractive")
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    store = PostgresStore(pg_database)
+    for p in sorted(SAMPLES.glob("*.md")):
+        end = list(ingest_bytes(store, local_embedder, load_settings(), p.name, p.read_bytes()))
+        assert end[-1]["type"] == "done"
+    try:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+        assert not at.exception
+        at.chat_input[0].set_value(FERMAT).run()
+        assert not at.exception
+        assert [m.name for m in at.chat_message] == ["user", "assistant"]
+        assert "Fermat" in at.chat_message[1].markdown[0].value
+        convs = store.list_conversations()
+        assert len(convs) == 1 and convs[0]["title"] == FERMAT  # saved in PostgreSQL
+        shown = " ".join(m.value for m in at.sidebar.markdown) + " ".join(
+            c.value for c in at.caption) + " ".join(c.value for c in at.sidebar.caption)
+        assert "postgres:@" not in shown  # the raw URL is never on screen
+    finally:
+        store.close()
+        st.cache_resource.clear()
+        st.cache_data.clear()
+
+
+def test_applied_settings_reach_every_workspace_on_postgres(pg_database, local_embedder):
+    """The lab's "Apply to Chat" on a PostgreSQL library: the settings are saved in it, and a
+    second Workspace (another session or process) reads them over its defaults."""
+    from marginalia_core.workspace import Workspace
+
+    defaults = Settings(db_path=":memory:", database_url=pg_database, embedder="local",
+                        answerer="extractive", top_k=5)
+    first, second = Workspace(defaults), Workspace(defaults)
+    for ws in (first, second):
+        ws.__dict__["embedder"] = local_embedder
+    try:
+        assert second.settings.top_k == 5
+        list(first.apply_settings({"top_k": 3, "retrieval_mode": "lexical"}))
+        assert first.settings.top_k == 3 and first.applied_settings()["top_k"] == 3
+        assert (second.settings.top_k, second.settings.retrieval_mode) == (3, "lexical")
+        list(second.apply_settings({}))  # back to the defaults
+        assert first.settings.top_k == 5
+    finally:
+        first.close()
+        second.close()
