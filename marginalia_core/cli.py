@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from marginalia_core import __version__, events
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _emit(event: dict[str, Any], out: TextIO) -> None:
+def _emit(event: Mapping[str, Any], out: TextIO) -> None:
     out.write(events.to_json(event) + "\n")
     out.flush()
 
@@ -331,25 +331,25 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
             _emit({"type": "threshold_sweep", **asdict(sw)}, out)
         return EXIT_OK
     if args.sweep == "weight":
-        sw = ws.lab.weight_sweep(args.set, cfg)
+        wsw = ws.lab.weight_sweep(args.set, cfg)
         if table:
-            keys = list(sw.points[0].metrics)
+            keys = list(wsw.points[0].metrics)
             out.write(_table([["default" if p.alpha is None else p.alpha,
-                               *[p.metrics[k] for k in keys]] for p in sw.points],
+                               *[p.metrics[k] for k in keys]] for p in wsw.points],
                              ["alpha", *keys]))
         else:
-            _emit({"type": "weight_sweep", **asdict(sw)}, out)
+            _emit({"type": "weight_sweep", **asdict(wsw)}, out)
         return EXIT_OK
     if args.sweep == "chunks":
-        sw = ws.lab.chunk_sweep(args.set, config=cfg,
+        csw = ws.lab.chunk_sweep(args.set, config=cfg,
                                 progress=None if table else (lambda e: _emit(e, out)))
         if table:
-            keys = list(sw.points[0].result.metrics)
+            keys = list(csw.points[0].result.metrics)
             out.write(_table([[p.target, p.overlap, p.chunks, p.embedded_now,
-                               *[p.result.metrics[k] for k in keys]] for p in sw.points],
+                               *[p.result.metrics[k] for k in keys]] for p in csw.points],
                              ["target", "overlap", "passages", "embedded", *keys]))
         else:
-            for p in sw.points:
+            for p in csw.points:
                 _emit({"type": "chunk_point", "target": p.target, "overlap": p.overlap,
                        "chunks": p.chunks, "embedded_now": p.embedded_now,
                        "metrics": p.result.metrics}, out)

@@ -69,6 +69,7 @@ class Workspace:
         if self._settings is None or mark != self._mark:
             self._mark = mark
             self._use(self.defaults.with_overrides(**self.applied_settings()))
+        assert self._settings is not None  # _use set it
         return self._settings
 
     def _applied_mark(self) -> str | None:
@@ -287,8 +288,8 @@ class Workspace:
         and events as the background worker."""
         for path in paths:
             name, data, refused = pipeline.read_path(path, self.settings)
-            if refused is not None:
-                yield refused
+            if refused is not None or data is None:
+                yield refused or events.error(f"Cannot read {name}.", "unreadable", file=name)
                 continue
             yield from self.job_queue.run_inline([Upload(name, data)], password=password)
 

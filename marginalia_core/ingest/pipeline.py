@@ -102,7 +102,7 @@ class _EarlyEmbeddings:
 
     def finish(
         self, file: str, total: int, checkpoint: Checkpoint | None = None
-    ) -> Generator[dict[str, Any], None, dict[str, np.ndarray]]:
+    ) -> Generator[events.IngestEvent, None, dict[str, np.ndarray]]:
         """Wait for the batches already handed over, yielding ``embedding`` progress (of the
         ``total`` passages the document has); returns the vectors by chunk text."""
         self.batches.put(None)
@@ -136,7 +136,7 @@ ingestion there. Nothing is written before the final transaction, so stopping is
 
 def _embed_with_progress(
     embedder: Embedder, texts: list[str], file: str, checkpoint: Checkpoint | None = None
-) -> Iterator[dict[str, Any] | np.ndarray]:
+) -> Iterator[events.IngestEvent | np.ndarray]:
     """Run the embedder in a worker thread, yielding progress events, then the matrix.
 
     If the consumer stops early (a closed generator: the user left the page, the CLI was
@@ -199,7 +199,7 @@ def _index_text(
     checkpoint: Checkpoint | None = None,
     early: _EarlyEmbeddings | None = None,
     **document: Any,
-) -> Generator[dict[str, Any], None, dict[str, Any]]:
+) -> Generator[events.IngestEvent, None, dict[str, Any]]:
     """chunk -> embed -> store, yielding stage events; returns the stored document row.
 
     ``early`` is embedding chunks of the text while it was read: it is waited for, and only
@@ -223,7 +223,8 @@ def _index_text(
             if isinstance(item, np.ndarray):
                 fresh = item
             else:
-                yield {**item, "done": ready + item["done"], "total": len(chunks)}
+                done = int(item["done"])  # type: ignore[typeddict-item]  # embedding progress
+                yield events.stage("embedding", name, done=ready + done, total=len(chunks))
     else:
         yield events.stage("embedding", name, done=len(chunks), total=len(chunks))
     vectors = np.zeros((len(chunks), embedder.dimension), dtype=np.float32)
@@ -259,7 +260,7 @@ def ingest_bytes(
     mime: str | None = None,
     password: str | None = None,
     checkpoint: Checkpoint | None = None,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[events.IngestEvent]:
     """Index one file's bytes; yields ``stage`` events then ``done`` or ``error``.
 
     A PDF reports ``extracting`` with ``done``/``total`` pages as it is read. ``checkpoint`` (see
@@ -332,7 +333,7 @@ def _extract_with_progress(
     checkpoint: Checkpoint | None = None,
     on_text: Callable[[str], None] | None = None,
     **options: Any,
-) -> Generator[dict[str, Any], None, Extracted]:
+) -> Generator[events.IngestEvent, None, Extracted]:
     """``extract`` in a worker thread, yielding an ``extracting`` event per PDF page read and an
     ``ocr`` event per page recognised by OCR; the checkpoint runs on the reading thread after
     each page, so a cancel stops it there."""
@@ -412,11 +413,11 @@ def ingest_path(
     path: str | Path,
     *,
     password: str | None = None,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[events.IngestEvent]:
     """Index a file on disk, refusing an oversize one before reading it."""
     name, data, refused = read_path(path, settings)
-    if refused is not None:
-        yield refused
+    if refused is not None or data is None:
+        yield refused or events.error(f"Cannot read {name}.", "unreadable", file=name)
         return
     yield from ingest_bytes(store, embedder, settings, name, data, password=password)
 
@@ -429,7 +430,7 @@ def reindex_document(
     *,
     target: int | None = None,
     overlap: int | None = None,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[events.IngestEvent]:
     """Re-chunk and re-embed a stored document (new chunk sizes or a new embedder), replacing it
     in one transaction. Without ``target``/``overlap`` it keeps its own chunking."""
     try:

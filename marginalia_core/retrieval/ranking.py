@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore
 
 DEFAULT_TOP_K = 6
 QUANTISE_ABOVE_ROWS = 100_000  # below this the exact float32 matrix is both small and fast
@@ -400,7 +400,7 @@ class VectorIndex:
     """One embedder's vectors (model + dimension), kept in step with the store: an exact float32
     matrix below ``quantise_above`` chunks, quantised codes (plus a sidecar) above it."""
 
-    def __init__(self, store: Store, embed_model: str, embed_dim: int, *,
+    def __init__(self, store: LibraryStore, embed_model: str, embed_dim: int, *,
                  quantise_above: int = QUANTISE_ABOVE_ROWS):
         self.store = store
         self.embed_model = embed_model

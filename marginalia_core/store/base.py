@@ -63,6 +63,7 @@ class LibraryStore(LexicalSource, Protocol):
     cache, and (through ``conn``/``write``) question sets."""
 
     backend: str  # "sqlite" | "postgresql"
+    path: str  # the SQLite file, or ":memory:" for a server database (no sidecar files beside it)
 
     @property
     def location(self) -> str: ...  # where the library lives, safe to show (no password)
