@@ -167,8 +167,6 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
     stored = workspace.store.document_chunks(events[-1]["document"]["id"])
     assert [c["content"] for c in stored] == [c.text for c in chunks]
     fresh = workspace.embedder.embed_documents([c.text for c in chunks])
-    rows = workspace.store.conn.execute(
-        "SELECT embedding FROM chunks WHERE document_id = ? ORDER BY idx",
-        (events[-1]["document"]["id"],)).fetchall()
-    got = np.stack([np.frombuffer(r[0], dtype="<f4") for r in rows])
+    by_id = dict(zip(*workspace.store.vectors_by_ids([c["id"] for c in stored])))
+    got = np.stack([by_id[c["id"]] for c in stored])  # in passage order, on either backend
     assert np.allclose(got, fresh, atol=1e-4)
