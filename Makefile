@@ -32,6 +32,7 @@ test-browser: $(VENV)/.dev
 
 lint: $(VENV)/.dev
 	$(PY) -m ruff check .
+	$(PY) -m mypy marginalia_core
 
 bench: $(VENV)/.dev
 	$(PY) benchmarks/run_all.py

@@ -81,7 +81,7 @@ def _load(data: bytes, page_number: int) -> _Page:
         index: list[int] = []
         boxes: list[tuple[float, float, float, float]] = []
         for i in range(textpage.count_chars()):
-            boxes.append(tuple(textpage.get_charbox(i)))  # type: ignore[arg-type]
+            boxes.append(tuple(textpage.get_charbox(i)))
             ch = chr(pdfium_c.FPDFText_GetUnicode(textpage.raw, i) or 32).lower()
             if ch.isalnum():
                 letters.append(ch)
