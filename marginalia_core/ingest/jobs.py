@@ -4,8 +4,10 @@ second one never stops or hides it.
 
 Statuses: ``queued`` -> ``running`` -> ``done`` | ``refused`` | ``cancelled`` | ``failed``; a
 job whose process died (or shut down) mid-way is ``interrupted`` and keeps its bytes until a
-person resumes or discards it. Several processes may share one database: a job is claimed with
-``UPDATE ... WHERE status = 'queued'`` inside ``BEGIN IMMEDIATE``, so only one of them runs it.
+person resumes or discards it. Several processes may share one database (SQLite or PostgreSQL:
+the SQL here is portable, through ``store.conn`` / ``store.write()``): a job is claimed with a
+conditional ``UPDATE ... WHERE id = ? AND status = 'queued'`` whose row count says who won, so
+only one of them runs it.
 The document itself is still written in one transaction at the very end of the pipeline, so a
 cancel, a crash or a kill never leaves half a document. Passwords live in this process's memory
 only, never in the database.
@@ -34,7 +36,8 @@ from marginalia_core.ingest.pipeline import (
     too_large_message,
 )
 from marginalia_core.providers.embeddings.base import Embedder
-from marginalia_core.store.sqlite import Store, new_id, now_iso
+from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.sqlite import new_id, now_iso
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ PROGRESS_EVERY_S = 0.5
 # a running job whose owner cannot be checked (another host) and whose heartbeat is older
 # than this is taken to be orphaned
 STALE_AFTER_S = 300.0
+# queued jobs a claim tries, oldest first, when a peer takes the first one at the same moment
+CLAIM_CANDIDATES = 8
 # share of a PDF job's time spent reading pages (the rest embeds passages), for the estimate;
 # measured on the 352-page book (benchmarks/bench_ingest.py)
 EXTRACT_SHARE = 0.25
@@ -217,7 +222,7 @@ class Upload:
 class JobQueue:
     """The jobs of one database, and running them. Safe to share between threads."""
 
-    def __init__(self, store: Store, settings: Settings, embedder: Callable[[], Embedder]):
+    def __init__(self, store: LibraryStore, settings: Settings, embedder: Callable[[], Embedder]):
         self.store = store
         self.settings = settings
         self._embedder = embedder
@@ -389,22 +394,27 @@ class JobQueue:
     # ------------------------------------------------------------------ running
 
     def claim(self) -> Job | None:
-        """Take the oldest queued job for this process, or None. The ``status = 'queued'``
-        guard inside ``BEGIN IMMEDIATE`` makes the claim exclusive across processes."""
-        now = now_iso()
-        with self.store.write() as conn:
-            row = conn.execute(
-                "SELECT id FROM ingest_jobs WHERE status = 'queued' ORDER BY created, position "
-                "LIMIT 1"
-            ).fetchone()
-            if row is None:
-                return None
-            claimed = conn.execute(
-                "UPDATE ingest_jobs SET status = 'running', owner = ?, started = ?, "
-                "heartbeat = ? WHERE id = ? AND status = 'queued'",
-                (process_owner(), now, now, row["id"]),
-            ).rowcount
-        return self.job(row["id"]) if claimed else None
+        """Take the oldest queued job for this process, or None. Exclusive across processes
+        on both backends: the ``status = 'queued'`` guard makes the UPDATE change the row for
+        one claimant only (SQLite serialises writers with ``BEGIN IMMEDIATE``; PostgreSQL makes
+        a concurrent UPDATE of the same row wait, then re-check the guard and change nothing).
+        A loser tries the next candidate rather than idling while jobs wait."""
+        candidates = self.store.conn.execute(
+            "SELECT id FROM ingest_jobs WHERE status = 'queued' ORDER BY created, position "
+            "LIMIT ?",
+            (CLAIM_CANDIDATES,),
+        ).fetchall()
+        for row in candidates:
+            now = now_iso()
+            with self.store.write() as conn:
+                claimed = conn.execute(
+                    "UPDATE ingest_jobs SET status = 'running', owner = ?, started = ?, "
+                    "heartbeat = ? WHERE id = ? AND status = 'queued'",
+                    (process_owner(), now, now, row["id"]),
+                ).rowcount
+            if claimed:
+                return self.job(row["id"])
+        return None
 
     def run(
         self, job_id: str, *, should_stop: Callable[[], bool] | None = None
@@ -482,7 +492,7 @@ class _Progress:
     """A running job's progress, written to its row at most every PROGRESS_EVERY_S (and on each
     new stage); each write is also the owner's heartbeat."""
 
-    def __init__(self, store: Store, job_id: str):
+    def __init__(self, store: LibraryStore, job_id: str):
         self.store = store
         self.job_id = job_id
         self.values = {"stage": "", "pages_done": 0, "pages_total": 0, "chunks_done": 0,
@@ -567,7 +577,7 @@ class _Progress:
                 "chunks_done = :chunks_done, chunks_total = :chunks_total, reason = :reason, "
                 "message = :message, document_id = :document_id, duplicate = :duplicate, "
                 "finished = :now, heartbeat = :now, "
-                "data = CASE WHEN :keep THEN data ELSE NULL END "
+                "data = CASE WHEN :keep = 1 THEN data ELSE NULL END "
                 "WHERE id = :id AND status = 'running' AND owner = :owner",
                 {**self.values, **values, "status": status, "keep": int(keep),
                  "now": now_iso(), "id": self.job_id, "owner": process_owner()},

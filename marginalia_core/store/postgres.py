@@ -197,6 +197,44 @@ def p003_scope_ocr_settings(conn: psycopg.Connection) -> None:
     )
 
 
+@pg_migration
+def p004_ingest_jobs(conn: psycopg.Connection) -> None:
+    """SQLite's m009: background ingestion jobs, same columns (the upload's bytes as BYTEA, flags
+    as INTEGER 0/1 so ``ingest.jobs`` writes the same SQL on both), same CHECK and indexes."""
+    _run(
+        conn,
+        """CREATE TABLE ingest_jobs (
+            id TEXT PRIMARY KEY,
+            batch_id TEXT NOT NULL,
+            position INTEGER NOT NULL DEFAULT 1,
+            batch_size INTEGER NOT NULL DEFAULT 1,
+            name TEXT NOT NULL,
+            mime TEXT,
+            size BIGINT NOT NULL,
+            data BYTEA,
+            status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done', 'refused',
+                'cancelled', 'failed', 'interrupted')),
+            stage TEXT NOT NULL DEFAULT '',
+            pages_done INTEGER NOT NULL DEFAULT 0,
+            pages_total INTEGER NOT NULL DEFAULT 0,
+            chunks_done INTEGER NOT NULL DEFAULT 0,
+            chunks_total INTEGER NOT NULL DEFAULT 0,
+            reason TEXT,
+            message TEXT NOT NULL DEFAULT '',
+            document_id TEXT,
+            duplicate INTEGER NOT NULL DEFAULT 0,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            owner TEXT,
+            heartbeat TEXT,
+            created TEXT NOT NULL,
+            started TEXT,
+            finished TEXT
+        )""",
+        "CREATE INDEX ingest_jobs_status ON ingest_jobs(status, created, position)",
+        "CREATE INDEX ingest_jobs_created ON ingest_jobs(created)",
+    )
+
+
 def _document(row: dict[str, Any]) -> dict[str, Any]:
     """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
     row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
