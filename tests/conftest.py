@@ -39,7 +39,7 @@ from marginalia_core.store.base import open_store  # noqa: E402
 
 BOTH_BACKENDS = {
     "test_store", "test_retrieval", "test_ingestion", "test_chat", "test_concurrency",
-    "test_crash_safety", "test_question_sets",
+    "test_crash_safety", "test_question_sets", "test_jobs",
 }
 BACKEND_FIXTURES = {"store", "settings", "workspace", "gemini_settings", "store_backend"}
 PG_TEMPLATE = "marginalia_template"

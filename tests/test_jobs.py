@@ -1,6 +1,7 @@
 """Background ingestion jobs: queue, worker, progress, cancel at a boundary with nothing written,
 exclusive claims across processes, and a job left running by a killed process marked
-interrupted and resumed. Real SQLite files, the real local embedder, real subprocesses."""
+interrupted and resumed. On both backends (conftest's ``store_backend``): real SQLite files and
+a real PostgreSQL, the real local embedder, real subprocesses."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,35 +18,33 @@ from conftest import offline_cli_env
 from pdf_maker import long_pdf, text_pdf
 
 from marginalia_core.cli import main as cli_main
-from marginalia_core.config import Settings
 from marginalia_core.ingest.jobs import Job, JobQueue, Upload
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore, open_store
 from marginalia_core.workspace import Workspace
 
 WAIT_S = 300  # a bound on waiting, never an assertion about speed
 TEXT = ("Marginalia are notes written in the margins of a book. " * 60).encode()
 
 
-def _counts(store: Store) -> tuple[int, int]:
+def _counts(store: LibraryStore) -> tuple[int, int]:
     conn = store.conn
     return (conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0],
             conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
 
 
-def _data_kept(store: Store, job_id: str) -> bool:
+def _data_kept(store: LibraryStore, job_id: str) -> bool:
     row = store.conn.execute("SELECT data IS NOT NULL FROM ingest_jobs WHERE id = ?",
                              (job_id,)).fetchone()
     return bool(row[0])
 
 
 @pytest.fixture
-def slow_ws(db_path, local_embedder):
+def slow_ws(settings, local_embedder):
     """A workspace whose embedder reports (and can be cancelled) after every passage: the real
     MARGINALIA_EMBED_BATCH code path, not a mock."""
     from marginalia_core.providers.embeddings.local import LocalEmbedder
 
-    settings = Settings(db_path=str(db_path), embedder="local", answerer="extractive",
-                        embed_batch=1)
+    settings = replace(settings, embed_batch=1)
     ws = Workspace(settings)
     ws.__dict__["embedder"] = LocalEmbedder(settings)
     yield ws
@@ -83,8 +83,8 @@ def test_refusals_and_duplicates_are_outcomes(workspace):
     assert _counts(workspace.store)[0] == 1
 
 
-def test_oversize_upload_refused_at_submit_without_keeping_bytes(db_path, local_embedder):
-    ws = Workspace(Settings(db_path=str(db_path), embedder="local", max_upload_mb=0.001))
+def test_oversize_upload_refused_at_submit_without_keeping_bytes(settings, local_embedder):
+    ws = Workspace(replace(settings, max_upload_mb=0.001))
     ws.__dict__["embedder"] = local_embedder
     try:
         [job] = ws.submit([("big.txt", b"a" * 4096)])
@@ -141,9 +141,10 @@ def test_cancel_during_extraction_stops_at_a_page(slow_ws):
     assert _counts(slow_ws.store) == (0, 0)
 
 
-def test_claim_is_exclusive_across_connections(db_path, settings, local_embedder):
-    """Two stores on one file stand for two processes: every job is claimed exactly once."""
-    stores = [Store(db_path), Store(db_path)]
+def test_claim_is_exclusive_across_connections(settings, local_embedder):
+    """Two stores on one database stand for two processes (and, on PostgreSQL, each thread
+    has its own connection): every job is claimed exactly once."""
+    stores = [open_store(settings), open_store(settings)]
     queues = [JobQueue(s, settings, lambda: local_embedder) for s in stores]
     try:
         ids = {j.id for j in queues[0].submit([Upload(f"{n}.txt", b"x" * n) for n in
@@ -186,9 +187,16 @@ def test_password_is_passed_through_and_never_stored(workspace, tmp_path):
     workspace.resume(locked.id, password="hunter2-unique-pw")
     [done] = workspace.job_queue.wait([locked.id], timeout=WAIT_S)
     assert done.status == "done" and not done.has_data
-    workspace.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    for path in tmp_path.glob("marginalia.db*"):
-        assert b"hunter2-unique-pw" not in path.read_bytes()
+    if workspace.store.backend == "sqlite":  # the file itself, with its write-ahead log
+        workspace.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for path in tmp_path.glob("marginalia.db*"):
+            assert b"hunter2-unique-pw" not in path.read_bytes()
+    else:  # every column of every job row, as text
+        [(hits,)] = workspace.store.conn.execute(
+            "SELECT COUNT(*) FROM ingest_jobs j WHERE CAST(j AS TEXT) LIKE ?",
+            ("%hunter2-unique-pw%",),
+        ).fetchall()
+        assert workspace.job_queue.jobs() and hits == 0
 
 
 def test_stopping_the_worker_interrupts_and_resume_finishes(slow_ws):
@@ -213,8 +221,9 @@ CRASHING_WORKER = """
 import sys
 from marginalia_core.config import Settings
 from marginalia_core.workspace import Workspace
-db, pdf = sys.argv[1], sys.argv[2]
-ws = Workspace(Settings(db_path=db, embedder="local", answerer="extractive", embed_batch=1))
+db, pdf, url = sys.argv[1], sys.argv[2], sys.argv[3] or None
+ws = Workspace(Settings(db_path=db, database_url=url, embedder="local", answerer="extractive",
+                        embed_batch=1))
 [job] = ws.submit([("book.pdf", open(pdf, "rb").read())])
 ws.start_worker()
 while ws.job(job.id).chunks_done < 2:
@@ -229,7 +238,8 @@ def test_job_left_running_by_a_killed_process_is_interrupted_and_resumes(tmp_pat
     pdf = tmp_path / "book.pdf"
     pdf.write_bytes(long_pdf(12))
     proc = subprocess.Popen(
-        [sys.executable, "-c", CRASHING_WORKER, workspace.settings.db_path, str(pdf)],
+        [sys.executable, "-c", CRASHING_WORKER, workspace.settings.db_path, str(pdf),
+         workspace.settings.database_url or ""],
         stdout=subprocess.PIPE, env=offline_cli_env(), text=True,
     )
     try:
@@ -262,16 +272,20 @@ def test_a_live_peer_keeps_its_running_job(workspace):
     """recover() leaves alone a job whose owner is alive: this very process, another queue."""
     [job] = workspace.submit([("a.md", TEXT)])
     assert workspace.job_queue.claim().id == job.id
-    other = JobQueue(Store(workspace.settings.db_path), workspace.settings,
-                     lambda: workspace.embedder)
-    assert other.recover() == []
-    assert workspace.job(job.id).status == "running"
+    peer = open_store(workspace.settings)
+    try:
+        other = JobQueue(peer, workspace.settings, lambda: workspace.embedder)
+        assert other.recover() == []
+        assert workspace.job(job.id).status == "running"
+    finally:
+        peer.close()
 
 
 def test_cli_ingest_is_a_recorded_job(tmp_path, settings, capsys):
     note = tmp_path / "note.md"
     note.write_bytes(TEXT)
-    code = cli_main(["ingest", str(note), "--db", settings.db_path, "--embedder", "local"])
+    db = settings.database_url or settings.db_path
+    code = cli_main(["ingest", str(note), "--db", db, "--embedder", "local"])
     assert code == 0
     lines = capsys.readouterr().out.splitlines()
     assert '"type":"done"' in lines[-1].replace(" ", "")
