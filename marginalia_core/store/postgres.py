@@ -282,7 +282,7 @@ class Row(tuple):
     def keys(self) -> list[str]:
         return list(self._names)
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             return tuple.__getitem__(self, self._names.index(key))
         return tuple.__getitem__(self, key)
@@ -438,10 +438,10 @@ class PostgresStore:
         raw.execute("UPDATE state SET value = value + 1 WHERE key = ANY(%s)", (keys,))
 
     def generation(self) -> int:
-        return int(self.raw.execute("SELECT value FROM state WHERE key = 'generation'").fetchone()[0])
+        return int(self.raw.execute("SELECT value FROM state WHERE key = 'generation'").fetchone()[0])  # type: ignore[index]  # fetchone() of an aggregate is never None
 
     def counters(self, raw: psycopg.Connection | None = None) -> tuple[int, int]:
-        rows = dict(
+        rows: dict[Any, Any] = dict(
             (raw or self.raw).execute(
                 "SELECT key, value FROM state WHERE key IN ('generation', 'deletions')"
             ).fetchall()
@@ -771,10 +771,10 @@ class PostgresStore:
             "LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.id "
             "HAVING COUNT(c.id) != d.chunk_count"
         )
-        missing = self.raw.execute(
+        missing = self.raw.execute(  # type: ignore[index]  # fetchone() of an aggregate is never None
             "SELECT COUNT(*) FROM chunks WHERE embedding IS NULL OR vector_dims(embedding) = 0"
         ).fetchone()[0]
-        orphans = self.raw.execute(
+        orphans = self.raw.execute(  # type: ignore[index]  # fetchone() of an aggregate is never None
             "SELECT COUNT(*) FROM chunks WHERE document_id NOT IN (SELECT id FROM documents)"
         ).fetchone()[0]
         return {
@@ -803,7 +803,8 @@ class PostgresStore:
         all with ``require_all``)."""
         if not terms or limit <= 0:
             return []
-        where, params = "", [self._websearch(terms, require_all)]
+        where = ""
+        params: list[Any] = [self._websearch(terms, require_all)]
         if chunk_ids is not None:
             if not chunk_ids:
                 return []
@@ -819,9 +820,9 @@ class PostgresStore:
 
     def term_chunk_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
         raw = self.raw
-        total = int(raw.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        total = int(raw.execute("SELECT count(*) FROM chunks").fetchone()[0])  # type: ignore[index]  # fetchone() of an aggregate is never None
         counts = {
-            t: int(raw.execute(
+            t: int(raw.execute(  # type: ignore[index]  # fetchone() of an aggregate is never None
                 f"SELECT count(*) FROM chunks WHERE tsv @@ "
                 f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s)", (t,)
             ).fetchone()[0])
@@ -1066,7 +1067,7 @@ def import_sqlite(source: Any, target: PostgresStore, *, sample: int = VECTOR_SA
     lost: row counts per table and ``sample`` vectors compared exactly. Returns the report."""
     raw = target.raw
     src = source.conn
-    if raw.execute("SELECT EXISTS (SELECT 1 FROM documents UNION ALL SELECT 1 FROM conversations "
+    if raw.execute("SELECT EXISTS (SELECT 1 FROM documents UNION ALL SELECT 1 FROM conversations "  # type: ignore[index]  # fetchone() of an aggregate is never None
                    "UNION ALL SELECT 1 FROM question_sets)").fetchone()[0]:
         raise MigrationRefused(
             f"{target.location} already holds a library; copy into an empty database."
@@ -1123,7 +1124,7 @@ def verify_copy(source: Any, target: PostgresStore, *, sample: int = VECTOR_SAMP
     counts = {}
     for table in ("chunks", *(t for t, _ in COPIED_TABLES)):
         a = int(source.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-        b = int(target.raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        b = int(target.raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])  # type: ignore[index]  # fetchone() of an aggregate is never None
         counts[table] = (a, b)
     ids = [int(r[0]) for r in source.conn.execute(
         "SELECT id FROM chunks ORDER BY random() LIMIT ?", (int(sample),)
