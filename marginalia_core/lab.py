@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from marginalia_core import events
+from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
@@ -170,8 +171,15 @@ class RetrievalLab:
         return ev.EvalConfig(
             mode=s.retrieval_mode, threshold=s.threshold, top_k=s.top_k, alpha=s.fusion_alpha,
             chunk_target=s.chunk_target, chunk_overlap=s.chunk_overlap,
-            embedder=self.ws.embedder.key,
+            embedder=self.embedder_key(),
         )
+
+    def embedder_key(self) -> str:
+        """The active embedder's key, or its model name while a model server is down."""
+        try:
+            return self.ws.embedder.key
+        except MarginaliaError:  # a model server that is down: its key needs the dimension
+            return self.ws.embedder.model
 
     def prepare(self, set_name: str, *, progress=None, cancel=None) -> ev.Prepared:
         return ev.prepare(self.retriever, self.sets.get(set_name), progress=progress,

@@ -253,7 +253,7 @@ remember()
 
 current = ev.EvalConfig(mode=mode, threshold=float(threshold), top_k=top_k,
                         alpha=alpha if mode == "hybrid" else applied.alpha,
-                        chunk_target=target, chunk_overlap=overlap, embedder=embedder.key)
+                        chunk_target=target, chunk_overlap=overlap, embedder=ws.lab.embedder_key())
 
 
 def effective(c: ev.EvalConfig) -> tuple:
@@ -302,7 +302,7 @@ def show_ranking() -> None:
     if not q:
         st.caption("Type a question to see how every passage scores.")
         return
-    rows = score_rows(q, generation, embedder.key, ws)
+    rows = score_rows(q, generation, ws.lab.embedder_key(), ws)
     df = pd.DataFrame(rows)
     df["passes"] = df["score"] >= threshold
     hits = lab.search(q, k=top_k, threshold=threshold, mode=mode, alpha=alpha)

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,3 +313,22 @@ def margin_cards(at) -> list[MarginCard]:
         if body.startswith("<div class=\"mg-margin\">"):
             Parser().feed(body)
     return [c for c in cards if c.default_group]
+
+
+def settle(at: Any, db_path, timeout: float = 300) -> Any:
+    """Wait for the background worker to finish every queued upload, then rerun the page (a
+    person coming back to it). ``timeout`` bounds the wait; it asserts nothing about speed."""
+    from marginalia_core.config import Settings
+    from marginalia_core.ingest.jobs import JobQueue
+    from marginalia_core.store.sqlite import Store
+
+    store = Store(db_path)
+    try:
+        queue = JobQueue(store, Settings(db_path=str(db_path)), lambda: None)
+        queue.wait([j.id for j in queue.jobs()], timeout=timeout)
+        assert not queue.active(), "uploads still running"
+    finally:
+        store.close()
+    at.run()
+    assert not at.exception
+    return at

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 import streamlit as st
-from conftest import ROOT, SAMPLES, margin_cards
+from conftest import ROOT, SAMPLES, margin_cards, settle
 from streamlit.testing.v1 import AppTest
 
 from marginalia_core.ingest.chunking import chunk_text
@@ -92,22 +92,6 @@ def samples() -> list[tuple[str, bytes]]:
             if p.suffix in (".md", ".pdf")]
 
 
-def settle(at: AppTest, db_path, timeout: float = 300) -> AppTest:
-    """Wait for the background worker to finish every queued upload, then rerun the page (a
-    person coming back to it). ``timeout`` bounds the wait; it asserts nothing about speed."""
-    from marginalia_core.config import Settings
-    from marginalia_core.ingest.jobs import JobQueue
-
-    store = Store(db_path)
-    try:
-        queue = JobQueue(store, Settings(db_path=str(db_path)), lambda: None)
-        queue.wait([j.id for j in queue.jobs()], timeout=timeout)
-        assert not queue.active(), "uploads still running"
-    finally:
-        store.close()
-    at.run()
-    assert not at.exception
-    return at
 
 
 def plain(markdown: str) -> str:

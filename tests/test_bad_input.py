@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import offline_cli_env
+from conftest import offline_cli_env, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -778,6 +778,7 @@ def test_refusal_card_asks_for_the_password_and_indexes_with_the_right_one(
         at.switch_page("pages/documents.py").run()
         at.file_uploader[0].set_value([(LOCKED, locked_pdf, "application/pdf")]).run()
         assert not at.exception
+        settle(at, db)  # the upload is a background job; come back when it has ended
         card = next(s for s in at.status if "refused: password-protected" in s.label)
         assert "is password-protected" in _plain(card.markdown[0].value)
         field = next(t for t in at.text_input if t.label.startswith("Password for"))
@@ -786,6 +787,7 @@ def test_refusal_card_asks_for_the_password_and_indexes_with_the_right_one(
         field.input(WRONG_PASSWORD)
         next(b for b in at.button if b.label == "Unlock and index").click().run()
         assert not at.exception
+        settle(at, db)  # the refused job ran again with the password given
         (card,) = at.status
         assert "refused: wrong password" in card.label
         assert any("is not correct" in _plain(m.value) for m in card.markdown)
@@ -796,6 +798,7 @@ def test_refusal_card_asks_for_the_password_and_indexes_with_the_right_one(
         field.input(LOCKED_PASSWORD)
         next(b for b in at.button if b.label == "Unlock and index").click().run()
         assert not at.exception
+        settle(at, db)
         (card,) = at.status
         assert "indexed: 1 passage, 1 page" in card.label and card.state == "complete"
         assert not [t for t in at.text_input if t.label.startswith("Password for")]

@@ -83,6 +83,11 @@ def _parse(stamp: str | None) -> datetime | None:
         return None
 
 
+# Job id -> password of an encrypted PDF, in this process's memory only (never the database):
+# the page that takes the password and the worker that opens the PDF hold different queues.
+_PASSWORDS: dict[str, str] = {}
+
+
 @dataclass(frozen=True)
 class Job:
     """One ingestion job as stored (never its bytes): progress, outcome and timing."""
@@ -228,7 +233,7 @@ class JobQueue:
         self.store = store
         self.settings = settings
         self._embedder = embedder
-        self._passwords: dict[str, str] = {}  # job id -> password, memory only
+        self._passwords = _PASSWORDS  # shared by every queue of this process, memory only
         self._changed = threading.Condition()
         self.recover()
 
@@ -292,11 +297,13 @@ class JobQueue:
                     ),
                 )
                 ids.append(job_id)
-        if password:
-            for job_id in ids:
-                self._passwords[job_id] = password
+                if password:  # before the commit: a worker may claim the job at once
+                    self._passwords[job_id] = password
+            # as submitted, read before the commit, so a worker's claim cannot show through
+            jobs = [Job.from_row(conn.execute(f"{_SELECT} WHERE id = ?", (i,)).fetchone())
+                    for i in ids]
         self._notify()
-        return [self.job(i) for i in ids]
+        return jobs
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a job: a queued or interrupted one at once (its bytes dropped), a running one
@@ -349,9 +356,8 @@ class JobQueue:
                 ).rowcount
                 if changed:
                     queued.append(jid)
-        if password:
-            for jid in queued:
-                self._passwords[jid] = password
+                    if password:  # before the commit: a worker may claim the job at once
+                        self._passwords[jid] = password
         self._notify()
         return [self.job(j) for j in queued]
 
