@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -77,3 +79,63 @@ class EmbedderBase:
 
     def embed_query(self, text: str) -> np.ndarray:
         return l2_normalize(self.embed_batch([text], query=True)[0])
+
+
+# request(batch, query=..., cancel=...) -> one row per text of the batch
+BatchRequest = Callable[..., np.ndarray]
+
+
+def embed_in_batches(
+    request: BatchRequest,
+    texts: Sequence[str],
+    *,
+    batch_size: int,
+    concurrency: int,
+    progress: ProgressFn | None = None,
+    thread_prefix: str = "embed",
+) -> list[np.ndarray]:
+    """The remote embedders' document path: batches of ``batch_size``, up to ``concurrency``
+    in flight, returned in order. ``progress(done, total)`` is called from this thread as
+    batches finish. On a failure the first error is raised after the other in-flight batches
+    stop (their ``cancel`` event is set; queued ones never start), so nothing is returned."""
+    texts = list(texts)
+    total = len(texts)
+    starts = list(range(0, total, batch_size))
+    results: dict[int, np.ndarray] = {}
+    workers = min(concurrency, len(starts))
+    if workers <= 1:
+        for start in starts:
+            results[start] = request(texts[start : start + batch_size], query=False)
+            if progress:
+                progress(start + len(results[start]), total)
+        return [results[s] for s in starts]
+
+    cancel = threading.Event()
+    done = 0
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_prefix)
+    try:
+        pending: dict[Future, int] = {
+            pool.submit(request, texts[start : start + batch_size], query=False,
+                        cancel=cancel): start
+            for start in starts
+        }
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_EXCEPTION)
+            for fut in finished:
+                start = pending.pop(fut)
+                exc = fut.exception()
+                if exc is not None:
+                    cancel.set()
+                    for other in pending:
+                        other.cancel()
+                    raise exc
+                results[start] = fut.result()
+                done += len(results[start])
+                if progress:
+                    progress(done, total)
+    finally:
+        cancel.set()
+        # batches already on the wire finish (bounded by the request timeout) so no request
+        # outlives this call; queued ones were cancelled above
+        pool.shutdown(wait=True, cancel_futures=True)
+    return [results[s] for s in starts]

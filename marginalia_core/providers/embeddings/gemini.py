@@ -11,13 +11,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from marginalia_core.errors import AuthenticationError, EmbeddingError
-from marginalia_core.providers.embeddings.base import EmbedderBase, ProgressFn, l2_normalize
+from marginalia_core.providers.embeddings.base import (
+    EmbedderBase,
+    ProgressFn,
+    embed_in_batches,
+    l2_normalize,
+)
 from marginalia_core.providers.gemini_client import (
     RetryPolicy,
     describe_api_error,
@@ -136,60 +140,16 @@ class GeminiEmbedder(EmbedderBase):
     def embed_documents(
         self, texts: Sequence[str], progress: ProgressFn | None = None
     ) -> np.ndarray:
-        """Embed ``texts`` in batches of ``batch_size``, up to ``concurrency`` batches in flight.
-
-        Order is preserved; ``progress(done, total)`` is called (from this thread) as batches
-        finish. On any failure nothing is returned: the first error is raised (as
-        AuthenticationError/EmbeddingError) after the other in-flight batches stop."""
-        texts = list(texts)
-        total = len(texts)
-        out = np.zeros((total, self.dimension), dtype=np.float32)
+        """Embed ``texts`` in batches of ``batch_size``, up to ``concurrency`` batches in flight
+        (``embed_in_batches``); order is preserved. On any failure nothing is returned: the
+        first error is raised (as AuthenticationError/EmbeddingError) after the other in-flight
+        batches stop."""
         if not texts:
-            return out
-        starts = list(range(0, total, self.batch_size))
-        workers = min(self.concurrency, len(starts))
-        if workers == 1:
-            for start in starts:
-                batch = texts[start : start + self.batch_size]
-                out[start : start + len(batch)] = self._request(batch, query=False)
-                if progress:
-                    progress(start + len(batch), total)
-            return out
-
-        cancel = threading.Event()
-        done = 0
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gemini-embed")
-        try:
-            pending: dict[Future, int] = {
-                pool.submit(
-                    self._request,
-                    texts[start : start + self.batch_size],
-                    query=False,
-                    cancel=cancel,
-                ): start
-                for start in starts
-            }
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_EXCEPTION)
-                for fut in finished:
-                    start = pending.pop(fut)
-                    exc = fut.exception()
-                    if exc is not None:
-                        cancel.set()
-                        for other in pending:
-                            other.cancel()
-                        raise exc
-                    vectors = fut.result()
-                    out[start : start + len(vectors)] = vectors
-                    done += len(vectors)
-                    if progress:
-                        progress(done, total)
-        finally:
-            cancel.set()
-            # Wait for batches already on the wire (bounded by the request timeout) so no
-            # request outlives this call; queued ones were cancelled above.
-            pool.shutdown(wait=True, cancel_futures=True)
-        return out
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        parts = embed_in_batches(self._request, texts, batch_size=self.batch_size,
+                                 concurrency=self.concurrency, progress=progress,
+                                 thread_prefix="gemini-embed")
+        return np.vstack(parts).astype(np.float32, copy=False)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_batch([text], query=True)[0]

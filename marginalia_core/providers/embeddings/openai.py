@@ -17,14 +17,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from marginalia_core.errors import AuthenticationError, EmbeddingError, MarginaliaError
 from marginalia_core.providers import openai_client
-from marginalia_core.providers.embeddings.base import EmbedderBase, ProgressFn, l2_normalize
+from marginalia_core.providers.embeddings.base import (
+    EmbedderBase,
+    ProgressFn,
+    embed_in_batches,
+    l2_normalize,
+)
 from marginalia_core.providers.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -173,62 +177,14 @@ class OpenAIEmbedder(EmbedderBase):
     def embed_documents(
         self, texts: Sequence[str], progress: ProgressFn | None = None
     ) -> np.ndarray:
-        """Embed ``texts`` in batches of ``batch_size``, up to ``concurrency`` batches in flight.
-
-        Order is preserved; ``progress(done, total)`` is called (from this thread) as batches
-        finish. On any failure nothing is returned: the first error is raised after the other
-        in-flight batches stop."""
-        texts = list(texts)
-        total = len(texts)
+        """Embed ``texts`` in batches of ``batch_size``, up to ``concurrency`` batches in flight
+        (``embed_in_batches``); order is preserved, and on any failure nothing is returned."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        starts = list(range(0, total, self.batch_size))
-        results: dict[int, np.ndarray] = {}
-        workers = min(self.concurrency, len(starts))
-        if workers == 1:
-            for start in starts:
-                results[start] = self._request(texts[start : start + self.batch_size], query=False)
-                if progress:
-                    progress(start + len(results[start]), total)
-            return self._assemble(results, starts)
-
-        cancel = threading.Event()
-        done = 0
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai-embed")
-        try:
-            pending: dict[Future, int] = {
-                pool.submit(
-                    self._request,
-                    texts[start : start + self.batch_size],
-                    query=False,
-                    cancel=cancel,
-                ): start
-                for start in starts
-            }
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_EXCEPTION)
-                for fut in finished:
-                    start = pending.pop(fut)
-                    exc = fut.exception()
-                    if exc is not None:
-                        cancel.set()
-                        for other in pending:
-                            other.cancel()
-                        raise exc
-                    results[start] = fut.result()
-                    done += len(results[start])
-                    if progress:
-                        progress(done, total)
-        finally:
-            cancel.set()
-            # batches already on the wire finish (bounded by the request timeout) so no
-            # request outlives this call; queued ones were cancelled above
-            pool.shutdown(wait=True, cancel_futures=True)
-        return self._assemble(results, starts)
-
-    @staticmethod
-    def _assemble(results: dict[int, np.ndarray], starts: list[int]) -> np.ndarray:
-        return np.vstack([results[s] for s in starts]).astype(np.float32, copy=False)
+        parts = embed_in_batches(self._request, texts, batch_size=self.batch_size,
+                                 concurrency=self.concurrency, progress=progress,
+                                 thread_prefix="openai-embed")
+        return np.vstack(parts).astype(np.float32, copy=False)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._request([text], query=True)[0]
