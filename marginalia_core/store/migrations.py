@@ -10,6 +10,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
@@ -36,14 +37,16 @@ def migration(fn: Migration) -> Migration:
     return fn
 
 
-def _run(conn: sqlite3.Connection, *statements: str) -> None:
+def run_statements(conn: Any, *statements: str) -> None:
+    """One ``execute`` per statement, inside the caller's transaction (SQLite or PostgreSQL):
+    no script splitting, and a failure leaves the transaction to roll back whole."""
     for statement in statements:
         conn.execute(statement)
 
 
 @migration
 def m001_initial(conn: sqlite3.Connection) -> None:
-    _run(
+    run_statements(
         conn,
         # documents keep the extracted text and its page offsets (text, page_starts), so
         # re-chunking needs no original file
@@ -103,7 +106,7 @@ def m001_initial(conn: sqlite3.Connection) -> None:
 @migration
 def m002_chunks_fts(conn: sqlite3.Connection) -> None:
     """BM25 over chunk text, kept in step with ``chunks`` by triggers (external content)."""
-    _run(
+    run_statements(
         conn,
         """CREATE VIRTUAL TABLE chunks_fts USING fts5(
             content, content='chunks', content_rowid='id',
@@ -151,7 +154,7 @@ def m005_retrieval_lab(conn: sqlite3.Connection) -> None:
     """Question sets with judgments, saved retrieval configurations, and an embedding cache
     keyed by text hash. Judgments name a document and a page range or text span, never a
     chunk id, so they survive re-indexing with another chunking."""
-    _run(
+    run_statements(
         conn,
         """CREATE TABLE question_sets (
             id TEXT PRIMARY KEY,
@@ -239,7 +242,7 @@ def m009_ingest_jobs(conn: sqlite3.Connection) -> None:
     worker claims it, and keeps its progress and outcome after. The bytes are dropped when the
     job ends; passwords are never stored. ``document_id`` is not a foreign key: the job's record
     outlives a later delete of its document."""
-    _run(
+    run_statements(
         conn,
         """CREATE TABLE ingest_jobs (
             id TEXT PRIMARY KEY,
@@ -278,7 +281,7 @@ def m010_library_settings(conn: sqlite3.Connection) -> None:
     """Retrieval settings applied to the library from the Inspector's lab (mode, threshold,
     passages returned, keyword weight, passage size): one JSON value per key. Chat reads them
     over the environment's defaults, so what was tuned is what answers use."""
-    _run(
+    run_statements(
         conn,
         """CREATE TABLE library_settings (
             key TEXT PRIMARY KEY,

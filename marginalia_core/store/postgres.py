@@ -31,6 +31,7 @@ from psycopg import sql
 from marginalia_core.config import mask_url
 from marginalia_core.errors import NotFoundError
 from marginalia_core.store.base import ChunkRecord
+from marginalia_core.store.migrations import run_statements
 from marginalia_core.store.sqlite import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -61,15 +62,10 @@ def pg_migration(fn: PgMigration) -> PgMigration:
     return fn
 
 
-def _run(conn: psycopg.Connection, *statements: str) -> None:
-    for statement in statements:
-        conn.execute(statement)
-
-
 @pg_migration
 def p001_initial(conn: psycopg.Connection) -> None:
     """The SQLite schema up to m005 in PostgreSQL types, plus vector and tsvector columns."""
-    _run(
+    run_statements(
         conn,
         "CREATE EXTENSION IF NOT EXISTS vector",
         """CREATE TABLE documents (
@@ -187,7 +183,7 @@ def p003_scope_ocr_settings(conn: psycopg.Connection) -> None:
     retrieval settings applied from the lab. JSON kept as TEXT, as in SQLite, so migrate-store
     copies the columns as they are. (m006's renumbering of old answers is not needed: no
     PostgreSQL library predates it.)"""
-    _run(
+    run_statements(
         conn,
         "ALTER TABLE conversations ADD COLUMN documents TEXT",
         "ALTER TABLE messages ADD COLUMN query TEXT",
@@ -201,7 +197,7 @@ def p003_scope_ocr_settings(conn: psycopg.Connection) -> None:
 def p004_ingest_jobs(conn: psycopg.Connection) -> None:
     """SQLite's m009: background ingestion jobs, same columns (the upload's bytes as BYTEA, flags
     as INTEGER 0/1 so ``ingest.jobs`` writes the same SQL on both), same CHECK and indexes."""
-    _run(
+    run_statements(
         conn,
         """CREATE TABLE ingest_jobs (
             id TEXT PRIMARY KEY,
