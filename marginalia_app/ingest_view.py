@@ -129,7 +129,7 @@ def render_results(
             if outcome.state == "refused":
                 st.markdown(fmt.escape_inline(outcome.message))
                 if ws is not None and i in locked and needs_password(outcome):
-                    _password_form(ws, outcomes, locked, i)
+                    password_form(ws, outcome.name, locked[i])
             elif outcome.state == "duplicate":
                 st.markdown(fmt.escape_inline(outcome.message or f"{outcome.name} is already "
                             "indexed.") + " It was not indexed a second time.")
@@ -137,20 +137,14 @@ def render_results(
                 st.markdown("Ready to be asked about.")
 
 
-def _password_form(
-    ws: Workspace,
-    outcomes: list[IngestOutcome],
-    locked: dict[int, str],
-    i: int,
-) -> None:
+def password_form(ws: Workspace, name: str, job_id: str) -> None:
     """A password field for one locked file (its refused job kept the bytes). The password
     lives only in the run that uses it: each attempt gets a fresh field (a new widget key), so
     Streamlit drops the old value from the session; the job gets it in memory, never stored."""
-    name = outcomes[i].name
     attempt = st.session_state.setdefault(UNLOCK_ATTEMPTS_KEY, 0)
-    with st.form(key=f"unlock-{i}-{attempt}", clear_on_submit=True, border=False):
+    with st.form(key=f"unlock-{job_id}-{attempt}", clear_on_submit=True, border=False):
         password = st.text_input(
-            f"Password for {name}", type="password", key=f"unlock-password-{i}-{attempt}",
+            f"Password for {name}", type="password", key=f"unlock-password-{job_id}-{attempt}",
             placeholder="The password that opens this PDF", autocomplete="off",
         )
         submitted = st.form_submit_button("Unlock and index", icon=":material/lock_open:")
@@ -160,9 +154,28 @@ def _password_form(
         st.warning("Type the PDF's password first.", icon=":material/key:")
         return
     st.session_state[UNLOCK_ATTEMPTS_KEY] = attempt + 1
-    ws.resume(locked[i], password=password)  # the job runs again in the background
+    ws.resume(job_id, password=password)  # the job runs again in the background
     del password
     st.rerun()
+
+
+def locked_jobs(ws: Workspace, *, besides: Iterable[str] = ()) -> None:
+    """PDFs still waiting for their password that this session's last upload does not show:
+    uploaded in another tab or before a reload, they keep their card until someone unlocks or
+    discards them, so a refusal never becomes a dead end."""
+    skip = set(besides)
+    waiting = [j for j in ws.jobs() if j.needs_password and j.id not in skip]
+    if not waiting:
+        return
+    st.subheader("Waiting for a password", anchor=False)
+    for job in waiting:
+        label = f"{job_title(job)} — {refusal_title(job.reason)}"
+        with st.status(label, state="error", expanded=True):
+            st.markdown(fmt.escape_inline(job.message))
+            password_form(ws, job.name, job.id)
+            st.button("Discard", key=f"discard-locked-{job.id}", type="tertiary",
+                      icon=":material/close:", on_click=_cancel, args=(ws, job.id),
+                      help="Forget this upload (its bytes are deleted); upload it again later.")
 
 
 # --------------------------------------------------------------------------- background jobs

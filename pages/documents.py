@@ -10,6 +10,7 @@ from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import (
     index_samples,
     job_queue,
+    locked_jobs,
     needs_password,
     render_results,
     watch,
@@ -68,7 +69,8 @@ def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
 st.title("Documents", anchor=False)
 st.caption(
     f"PDF, plain text and Markdown files, up to {settings.max_upload_mb:g} MB each. "
-    "Everything stays in one SQLite file on this computer."
+    + ("Everything is kept in the shared PostgreSQL library."
+       if settings.database_url else "Everything stays in one SQLite file on this computer.")
 )
 if flash := state.pop("flash", None):
     st.success(flash, icon=":material/check_circle:")
@@ -134,6 +136,7 @@ if results:
     head.button("Clear", key="clear_results", type="tertiary", icon=":material/close:",
                 on_click=_clear_results)
     render_results(results, ws, locked)
+locked_jobs(ws, besides=state.get("upload_batch") or ())
 
 # ---- the library
 st.subheader("Your library", anchor=False)

@@ -26,6 +26,7 @@ import os
 import pathlib
 import random
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -812,6 +813,58 @@ def test_refusal_card_asks_for_the_password_and_indexes_with_the_right_one(
     assert WRONG_PASSWORD.encode() not in stored
     logged = caplog.text
     assert LOCKED_PASSWORD not in logged and WRONG_PASSWORD not in logged
+
+
+def test_a_locked_pdf_keeps_asking_for_its_password_after_a_reload(
+    tmp_path, monkeypatch, locked_pdf
+):
+    """The refusal card is not tied to the tab that uploaded: a new session (a reload, a second
+    tab) finds the PDF waiting for its password, unlocks it or discards it."""
+    import streamlit as stl
+    from streamlit.testing.v1 import AppTest
+
+    db = tmp_path / "app.db"
+    monkeypatch.setenv("MARGINALIA_DB", str(db))
+    monkeypatch.setenv("MARGINALIA_EMBEDDER", "local")
+    monkeypatch.setenv("MARGINALIA_ANSWERER", "extractive")
+    stl.cache_resource.clear()
+    try:
+        first = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+        first.switch_page("pages/documents.py").run()
+        first.file_uploader[0].set_value([(LOCKED, locked_pdf, "application/pdf")]).run()
+        settle(first, db)
+        assert not [s for s in first.subheader if s.value == "Waiting for a password"]  # its card
+
+        later = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+        later.switch_page("pages/documents.py").run()
+        assert not later.exception
+        assert [s.value for s in later.subheader if s.value == "Waiting for a password"]
+        (card,) = [s for s in later.status if "password-protected" in s.label]
+        assert LOCKED in _plain(card.label)
+        field = next(t for t in later.text_input if t.label == f"Password for {LOCKED}")
+        field.input(LOCKED_PASSWORD)
+        next(b for b in later.button if b.label == "Unlock and index").click().run()
+        settle(later, db)
+        assert not later.exception
+        assert later.dataframe[0].value["Document"].tolist() == [LOCKED]
+        assert not [s for s in later.subheader if s.value == "Waiting for a password"]
+
+        # a second locked upload, discarded from a fresh session: its bytes go
+        again = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+        again.switch_page("pages/documents.py").run()
+        again.file_uploader[0].set_value([("copy.pdf", locked_pdf + b"\n", "application/pdf")])
+        again.run()
+        settle(again, db)
+        fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+        fresh.switch_page("pages/documents.py").run()
+        next(b for b in fresh.button if b.label == "Discard").click().run()
+        assert not fresh.exception
+        assert not [s for s in fresh.subheader if s.value == "Waiting for a password"]
+        with sqlite3.connect(db) as conn:
+            held = conn.execute("SELECT count(*) FROM ingest_jobs WHERE data IS NOT NULL")
+            assert held.fetchone()[0] == 0
+    finally:
+        stl.cache_resource.clear()
 
 
 def test_cli_password_file_and_stdin_index_an_encrypted_pdf(tmp_path, locked_pdf):
