@@ -15,11 +15,13 @@ import json
 import pickle
 from pathlib import Path
 
+from _cache import CACHE_DIR
+
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.retriever import RankedChunk
 
-CACHE = Path(__file__).resolve().parent / ".cache"
+CACHE = CACHE_DIR
 NAMES = ("scifact", "squad", "pdfs")
 TOP_K = 6
 
