@@ -256,10 +256,17 @@ def run(args) -> dict:
                                                       if b > 0], method="lexical")]),
             "lexical (with its relevance floor)": ev.evaluate_prepared(
                 retriever, prepared, ev.EvalConfig("lexical", top_k=TOP_K)),
-            "hybrid, before (convex tmm, alpha 0.6)": _ordered(prepared, lambda c: [
+            "hybrid, before #13 (convex tmm, alpha 0.6)": _ordered(prepared, lambda c: [
                 cid for cid, _ in lexical.fuse(list(zip(c.chunk_ids, c.cosine)),
-                                               list(zip(c.chunk_ids, c.bm25)), alpha=0.6)]),
-            f"hybrid (default: alpha {lexical.ALPHA}, BM25 x coverage)": ev.evaluate_prepared(
+                                               list(zip(c.chunk_ids, c.bm25)), alpha=0.6,
+                                               adaptive_power=0)]),
+            "hybrid, before (alpha 0.55, BM25 x coverage, fixed weight)": _ordered(
+                prepared, lambda c: [cid for cid, _ in lexical.fuse(
+                    list(zip(c.chunk_ids, c.cosine)), list(zip(c.chunk_ids, c.bm25)),
+                    alpha=0.55, coverage=dict(zip(c.chunk_ids, c.coverage)),
+                    adaptive_power=0)]),
+            f"hybrid (default: alpha {lexical.ALPHA} adapted per query by the lists' margins"
+            f" ** {lexical.ADAPTIVE_POWER}, BM25 x coverage)": ev.evaluate_prepared(
                 retriever, prepared, ev.EvalConfig("hybrid", top_k=TOP_K)),
         }
         rows = {k: v.metrics for k, v in rows.items()}
