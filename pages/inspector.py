@@ -285,9 +285,15 @@ def show_ranking() -> None:
 
     order_label = {"hybrid": "the hybrid score", "dense": "the meaning rank",
                    "lexical": "the keyword rank"}[mode]
-    st.markdown(f"**Why each passage ranked** · {MODE_LABELS[mode]}",
+    used = ""
+    if mode == "hybrid":
+        used = f" · keyword weight for this question {1 - lab.query_alpha(q, alpha):.2f}"
+    st.markdown(f"**Why each passage ranked** · {MODE_LABELS[mode]}{used}",
                 help=f"The {len(explained)} passages the meaning or keyword search proposed, "
-                f"ordered by {order_label}. Select a row to read the whole passage.")
+                f"ordered by {order_label}. Select a row to read the whole passage."
+                + (" The keyword weight you set is adapted to each question: the list whose "
+                   "best passages stand out more clearly from the rest counts for more."
+                   if mode == "hybrid" else ""))
     picked = st.dataframe(
         table.drop(columns=["chunk_id"]), hide_index=True, width="stretch", height=360,
         on_select="rerun", selection_mode="single-row", key="inspector_table",
