@@ -36,8 +36,8 @@ weight let that noise outvote a clear keyword match. Now the weight adapts per q
 vs the 20th best score, relative), so a flat list counts for less. Base ALPHA 0.6. nDCG@10 on
 the tune splits, fixed alpha 0.55 -> adapted: SciFact train 0.7385 -> 0.7376, SQuAD 0.8927 ->
 0.8953, PDF pages 0.8414 -> 0.8503; the smallest lead over the better single list +0.031 ->
-+0.034 (the criterion). Neighbours on the grid (alpha 0.55-0.65, power 0.25-0.75, depth 20/50)
-are within 0.003 of it; a z-score margin and adapting on the dense margin alone were no better.
++0.035 (the criterion; the best point of benchmarks/results/fusion_grid_tune.txt). Neighbours
+on the grid (alpha 0.55-0.65, power 0.25-0.75, depth 20/50) are within 0.003 of it; a z-score margin and adapting on the dense margin alone were no better.
 
 Min-max (alpha 0.45) and z-score (alpha 0.5) are 0.0005 apart on train, far inside the noise
 of 809 queries (alpha 0.40-0.55 spans 0.728-0.736 for both). Min-max was kept because it stays
