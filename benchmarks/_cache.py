@@ -1,4 +1,7 @@
-"""Content-addressed embedding cache for benchmarks (lives in ``benchmarks/.cache``, gitignored).
+"""Content-addressed embedding cache for benchmarks. It lives outside the repository, in
+``~/.cache/marginalia-bench`` (``MARGINALIA_BENCH_CACHE`` overrides it), so every work tree and
+checkout shares one copy: SciFact's 8,154 passages are embedded once per machine, not once per
+clone.
 
 Every vector is keyed by ``blake2b(model key, role, text)``, so a cache entry is valid for any
 corpus, chunking or subset that produces the same text: changing TARGET/OVERLAP re-embeds only
@@ -10,6 +13,7 @@ shard.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -17,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-CACHE_DIR = Path(__file__).resolve().parent / ".cache"
+CACHE_DIR = Path(
+    os.environ.get("MARGINALIA_BENCH_CACHE") or Path.home() / ".cache" / "marginalia-bench"
+).expanduser()
 SHARD_SIZE = 128  # texts embedded between two writes
 
 

@@ -4,7 +4,11 @@ candidates, so the grid embeds nothing. Used to choose lexical's fusion defaults
 splits only; the held-out splits are then measured once by retrieval_lab.py.
 
     python benchmarks/retrieval_lab.py --split tune --dump --no-save
-    python benchmarks/fusion_grid.py            # prints the grid, best first
+    python benchmarks/fusion_grid.py > benchmarks/results/fusion_grid_tune.txt  # best first
+
+The grid: base weight alpha x adaptive power (0 = the fixed weight), each row the nDCG@10 of
+every split and the margin (the smallest lead of hybrid over the better of dense and BM25),
+the criterion the default was chosen by.
 """
 
 from __future__ import annotations
@@ -13,13 +17,15 @@ import argparse
 import itertools
 import json
 import pickle
-from pathlib import Path
+import sys
+
+from _cache import CACHE_DIR
 
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.retriever import RankedChunk
 
-CACHE = Path(__file__).resolve().parent / ".cache"
+CACHE = CACHE_DIR
 NAMES = ("scifact", "squad", "pdfs")
 TOP_K = 6
 
@@ -62,16 +68,18 @@ def main() -> int:
     base = {n: (ndcg(p, dense), ndcg(p, bm25)) for n, p in prepared.items()}
     print(json.dumps({n: [round(x, 4) for x in v] for n, v in base.items()}))
     rows = []
-    for alpha, power, beta in itertools.product(
-        (0.4, 0.45, 0.5, 0.55, 0.6), (0.5, 1.0, 1.5, 2.0), (0.0, 0.05, 0.1, 0.2),
-    ):
-        scores = {n: ndcg(p, fused(alpha=alpha, coverage_power=power, rrf_mix=beta))
+    for alpha, adapt in itertools.product((0.5, 0.55, 0.6, 0.65, 0.7), (0.0, 0.25, 0.5, 0.75)):
+        scores = {n: ndcg(p, fused(alpha=alpha, adaptive_power=adapt))
                   for n, p in prepared.items()}
         margin = min(scores[n] - max(base[n]) for n in scores)
-        rows.append((margin, alpha, power, beta, scores))
+        rows.append((margin, alpha, adapt, scores))
+        print(f"margin {margin:+.4f} alpha {alpha} adaptive power {adapt} "
+              + " ".join(f"{n} {s:.4f}" for n, s in scores.items()), file=sys.stderr, flush=True)
     rows.sort(key=lambda r: -r[0])
-    for margin, alpha, power, beta, scores in rows[:25]:
-        print(f"margin {margin:+.4f} alpha {alpha} power {power} rrf {beta} "
+    print(f"# best first; default: alpha {lexical.ALPHA}, adaptive power "
+          f"{lexical.ADAPTIVE_POWER}, depth {lexical.ADAPTIVE_DEPTH}, BM25 x coverage")
+    for margin, alpha, adapt, scores in rows:
+        print(f"margin {margin:+.4f} alpha {alpha} adaptive power {adapt} "
               + " ".join(f"{n} {s:.4f}" for n, s in scores.items()))
     return 0
 

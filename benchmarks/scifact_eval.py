@@ -214,7 +214,8 @@ def variants() -> list[tuple[str, dict]]:
             out.append(
                 (
                     f"convex {norm} a={a:.2f}",
-                    {"method": "convex", "normalization": norm, "alpha": float(a)},
+                    {"method": "convex", "normalization": norm, "alpha": float(a),
+                     "adaptive_power": 0.0},
                 )
             )
     return out
@@ -400,9 +401,14 @@ def run(args) -> dict:
 # beyond the dense top 200, BM25 -- 0 when no term matches -- of dense hits), which
 # retrieval.py could supply; it does not today.
 FILLED_VARIANTS = [
-    (f"filled convex {n} a={a}", {"method": "convex", "normalization": n, "alpha": a})
+    (f"filled convex {n} a={a}", {"method": "convex", "normalization": n, "alpha": a,
+                                  "adaptive_power": 0.0})
     for n in ("minmax", "zscore", "tmm")
     for a in (0.45, 0.5, 0.55, 0.6)
+] + [  # the weight adapted per query to the lists' margins (issue 13's default, no coverage)
+    (f"filled convex tmm a={a} adaptive {p}", {"method": "convex", "normalization": "tmm",
+                                               "alpha": a, "adaptive_power": p})
+    for a in (0.55, 0.6) for p in (0.5,)
 ]
 QUICK_VARIANTS = {"rrf k=10", "rrf k=60", "convex minmax a=0.45", "convex zscore a=0.50"}
 
@@ -445,7 +451,8 @@ def markdown(results: dict) -> str:
     lines = [
         "SciFact (BEIR), document score = best chunk score, "
         f"{CANDIDATES} candidates per list. `project hybrid (Retriever.search)` is the app's own "
-        "query path (filled lists, convex tmm, ALPHA 0.6); the other rows are variants computed "
+        f"query path (filled lists, convex tmm, BM25 x coverage, ALPHA {lexical.ALPHA} adapted per "
+        f"query by the lists' margins ** {lexical.ADAPTIVE_POWER}); the other rows are variants computed "
         "in this script. Tuned on train; test held out.",
         "",
         head,

@@ -283,6 +283,10 @@ class RetrievalLab:
         return self.retriever.explain(query, threshold=threshold, alpha=alpha,
                                       cands=self._candidates(query))
 
+    def query_alpha(self, query: str, alpha: float | None = None) -> float:
+        """The dense weight hybrid mode uses for ``query`` (``alpha`` adapted to the query)."""
+        return self._candidates(query).query_alpha(alpha)
+
     def search(
         self, query: str, *, mode: str | None = None, threshold: float | None = None,
         k: int | None = None, alpha: float | None = None,

@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from marginalia_app import presentation as fmt
+from marginalia_app.charts import histogram, sweep_chart, weight_chart
 from marginalia_app.ingest_view import watch
 from marginalia_app.shell import DOCUMENTS_PAGE, page
 from marginalia_core.config import RETRIEVAL_MODES
@@ -47,7 +48,6 @@ METRIC_HELP = {
     "(nDCG@10).",
     "hit@1": "Share of questions whose first passage is relevant (hit@1).",
 }
-COLORS = {"precision": "#2f7d6d", "recall": "#3b6fb6", "f1": "#c0392b"}
 
 
 def keep(key: str, default: Any) -> str:
@@ -67,66 +67,6 @@ def remember() -> None:
 def score_rows(query: str, generation: int, embedder_key: str, _ws: Workspace) -> list[dict]:
     """Every chunk's cosine for ``query`` (the histogram); recomputed when documents change."""
     return _ws.score_table(query)
-
-
-def histogram(df: pd.DataFrame, threshold: float) -> alt.LayerChart:
-    low = min(0.0, float(df["score"].min()))
-    data = df.assign(side=df["passes"].map({True: "passes", False: "below threshold"}))
-    bars = (
-        alt.Chart(data)
-        .mark_bar()
-        .encode(
-            x=alt.X("score:Q", bin=alt.Bin(extent=[low, 1.0], step=0.025),
-                    title="Relevance (cosine)"),
-            y=alt.Y("count():Q", title="Passages", axis=alt.Axis(tickMinStep=1, format="d")),
-            color=alt.Color(
-                "side:N",
-                scale=alt.Scale(domain=["passes", "below threshold"], range=["#2f7d6d", "#a7a29a"]),
-                legend=alt.Legend(title=None, orient="top"),
-            ),
-            tooltip=[alt.Tooltip("count():Q", title="passages")],
-        )
-    )
-    return (bars + threshold_rule(threshold, "threshold")).properties(height=240)
-
-
-def threshold_rule(value: float, text: str, color: str = "#c0392b") -> alt.LayerChart:
-    data = pd.DataFrame({"threshold": [value], "text": [f"{text} {value:.2f}"]})
-    rule = alt.Chart(data).mark_rule(color=color, strokeWidth=2, strokeDash=[5, 3]).encode(
-        x="threshold:Q", tooltip=[alt.Tooltip("threshold:Q", format=".2f")])
-    label = alt.Chart(data).mark_text(align="left", dx=5, dy=-6, color=color,
-                                      fontWeight="bold").encode(
-        x="threshold:Q", y=alt.value(8 if text == "threshold" or text == "now" else 22),
-        text="text:N")
-    return rule + label
-
-
-def sweep_chart(sweep: ev.ThresholdSweep, current: float) -> alt.LayerChart:
-    """Precision, recall and F1 against the threshold, the current and suggested marked."""
-    rows = [{"threshold": p.threshold, "measure": m, "value": getattr(p, m)}
-            for p in sweep.points for m in ("precision", "recall", "f1")]
-    lines = alt.Chart(pd.DataFrame(rows)).mark_line(point=True).encode(
-        x=alt.X("threshold:Q", title="Relevance threshold (cosine)"),
-        y=alt.Y("value:Q", title=None, scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("measure:N", scale=alt.Scale(domain=list(COLORS),
-                                                     range=list(COLORS.values())),
-                        legend=alt.Legend(title=None, orient="top")),
-        tooltip=["measure:N", alt.Tooltip("threshold:Q", format=".3f"),
-                 alt.Tooltip("value:Q", format=".3f")],
-    )
-    return (lines + threshold_rule(current, "now", "#555")
-            + threshold_rule(sweep.suggested, "suggested", "#c0392b")).properties(height=280)
-
-
-def weight_chart(sweep: ev.WeightSweep, key: str) -> alt.Chart:
-    rows = [{"keyword weight": round(1 - p.alpha, 2), "measure": m, "value": p.metrics[m]}
-            for p in sweep.points if p.alpha is not None for m in (key, "hit@1")]
-    return alt.Chart(pd.DataFrame(rows)).mark_line(point=True).encode(
-        x=alt.X("keyword weight:Q", title="Keyword weight (1 − fusion α)"),
-        y=alt.Y("value:Q", title=None, scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("measure:N", legend=alt.Legend(title=None, orient="top")),
-        tooltip=["measure:N", "keyword weight:Q", alt.Tooltip("value:Q", format=".3f")],
-    ).properties(height=260)
 
 
 def metric_row(metrics: dict[str, float], k: int, other: dict[str, float] | None = None) -> None:
@@ -345,9 +285,15 @@ def show_ranking() -> None:
 
     order_label = {"hybrid": "the hybrid score", "dense": "the meaning rank",
                    "lexical": "the keyword rank"}[mode]
-    st.markdown(f"**Why each passage ranked** · {MODE_LABELS[mode]}",
+    used = ""
+    if mode == "hybrid":
+        used = f" · keyword weight for this question {1 - lab.query_alpha(q, alpha):.2f}"
+    st.markdown(f"**Why each passage ranked** · {MODE_LABELS[mode]}{used}",
                 help=f"The {len(explained)} passages the meaning or keyword search proposed, "
-                f"ordered by {order_label}. Select a row to read the whole passage.")
+                f"ordered by {order_label}. Select a row to read the whole passage."
+                + (" The keyword weight you set is adapted to each question: the list whose "
+                   "best passages stand out more clearly from the rest counts for more."
+                   if mode == "hybrid" else ""))
     picked = st.dataframe(
         table.drop(columns=["chunk_id"]), hide_index=True, width="stretch", height=360,
         on_select="rerun", selection_mode="single-row", key="inspector_table",

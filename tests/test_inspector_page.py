@@ -201,3 +201,37 @@ def test_keyword_weight_and_passage_size_sweeps(app_env):
     assert (table["passages"].diff().dropna() <= 0).all()  # bigger passages, fewer of them
     assert not list(ws.store.conn.execute(
         "SELECT 1 FROM documents WHERE chunk_target != 1400"))  # the library is untouched
+
+
+def _sweep(current: float, suggested: float) -> ev.ThresholdSweep:
+    points = [ev.ThresholdPoint(t, 0.2 + t, 1.0 - t / 2, 0.5, 3.0, 1.0) for t in (0.0, 0.25, 0.5)]
+    return ev.ThresholdSweep("hybrid", 6, current, suggested, points)
+
+
+@pytest.mark.parametrize(("current", "suggested"), [(0.25, 0.4), (0.4, 0.25), (0.3, 0.3)])
+def test_sweep_chart_labels_sit_above_the_curves_on_opposite_sides(current, suggested):
+    """The "now" and "suggested" labels are drawn in the band above 1.0 that no curve reaches
+    (recall is often 1.0 at low thresholds), and on opposite sides of their rules, so they do not
+    write over a line or over each other even when the two thresholds are equal."""
+    from marginalia_app.charts import SWEEP_HEADROOM, sweep_chart
+
+    spec = sweep_chart(_sweep(current, suggested), current).to_dict()
+    lines = spec["layer"][0]
+    assert lines["encoding"]["y"]["scale"]["domain"] == [0, SWEEP_HEADROOM]
+    assert max(lines["encoding"]["y"]["axis"]["values"]) == 1.0
+    datasets = spec["datasets"]
+    labels = {}
+    for layer in spec["layer"][1:]:
+        row = datasets[layer["data"]["name"]][0]
+        for sub in layer["layer"]:
+            mark = sub["mark"]
+            if mark["type"] != "text":
+                continue
+            assert sub["encoding"]["y"]["field"] == "label_y"
+            assert 1.0 < row["label_y"] < SWEEP_HEADROOM
+            labels[row["text"].split()[0]] = (row["threshold"], mark["align"], mark["dx"])
+    assert set(labels) == {"now", "suggested"}
+    (t_now, a_now, dx_now), (t_sug, a_sug, dx_sug) = labels["now"], labels["suggested"]
+    assert a_now != a_sug and dx_now * dx_sug < 0
+    lower = "now" if t_now <= t_sug else "suggested"
+    assert labels[lower][1] == "right"  # the lower threshold's label ends left of its rule

@@ -10,7 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from marginalia_core.retrieval import lexical
-from marginalia_core.retrieval.lexical import bm25_search, fts_query, fuse
+from marginalia_core.retrieval.lexical import (
+    bm25_search,
+    fts_query,
+    fuse,
+    list_margin,
+    query_alpha,
+)
 from marginalia_core.store.migrations import migrate
 
 PASSAGES = [
@@ -266,3 +272,33 @@ def test_fuse_properties(dense, lex, kw):
     assert [s for _, s in fused] == sorted((s for _, s in fused), reverse=True)
     if len(set(dense.values())) == len(dense):  # no ties: input order is irrelevant
         assert fused == fuse(dict(reversed(list(dense.items()))), lex, **kw)
+
+
+def test_list_margin_measures_how_peaked_a_list_is():
+    flat = [0.41, 0.40, 0.40, 0.39, 0.39]
+    peaked = [0.9, 0.3, 0.2, 0.2, 0.1]
+    assert list_margin(flat, depth=5) < 0.1 < 0.8 < list_margin(peaked, depth=5)
+    assert list_margin(peaked, depth=2) == pytest.approx((0.9 - 0.3) / 0.9)
+    assert list_margin([0.5, 0.2], depth=20) == pytest.approx(0.6)  # short list: its last
+    assert list_margin([]) == 0.0 and list_margin([0.0, -0.1]) == 0.0
+
+
+def test_query_alpha_moves_the_weight_toward_the_peaked_list():
+    assert query_alpha(0.6, 0.1, 0.9) < 0.6 < query_alpha(0.6, 0.9, 0.1)
+    assert query_alpha(0.6, 0.5, 0.5) == pytest.approx(0.6)  # equal margins: unchanged
+    assert query_alpha(0.6, 0.1, 0.9, power=0) == 0.6  # adaptation off
+    assert query_alpha(0.6, 0.0, 0.0) == 0.6  # nothing to go by
+    # the Inspector's keyword weight at its ends stays pure
+    assert query_alpha(1.0, 0.0, 1.0) == 1.0 and query_alpha(0.0, 1.0, 0.0) == 0.0
+
+
+def test_fusion_trusts_keywords_when_the_dense_list_is_flat():
+    """The small embedder on a language it barely knows gives every passage about the same
+    cosine: the fixed weight lets that noise outvote a clear keyword match, the adapted one
+    does not."""
+    dense = [(1, 0.42), (2, 0.41), (3, 0.39)] + [(i, 0.39) for i in range(4, 30)]
+    lex = [(3, 12.0), (1, 2.0)] + [(i, 0.0) for i in (2, *range(4, 30))]
+    cov = {3: 1.0, 1: 0.3}
+    fixed = fuse(dense, lex, coverage=cov, adaptive_power=0, alpha=0.97)
+    adapted = fuse(dense, lex, coverage=cov, alpha=0.97)
+    assert fixed[0][0] == 1 and adapted[0][0] == 3

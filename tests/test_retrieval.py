@@ -88,3 +88,17 @@ def test_hybrid_keeps_an_all_terms_keyword_match_below_the_threshold(indexed):
     assert [h.document_name for h in hybrid] == ["codes.md"]
     # a query whose terms no single chunk contains together is not rescued
     assert indexed.retriever.search("ZX-4471 volcano", mode="hybrid", threshold=0.9) == []
+
+
+def test_candidates_report_the_weight_hybrid_uses(indexed):
+    """``Candidates.query_alpha`` is the weight the fused order is sorted by: ranking with a
+    fixed weight equal to it gives the same order as the adapted fusion."""
+    cands = indexed.retriever.candidates("lava silica viscosity and explosive eruptions")
+    used = cands.query_alpha(0.6)
+    assert 0.0 < used < 1.0
+    adapted = [r.chunk_id for r in cands.table(0.6)]
+    fixed = [c for c, _ in lexical.fuse(
+        list(zip(cands.chunk_ids, cands.cosine)), list(zip(cands.chunk_ids, cands.bm25)),
+        alpha=used, coverage=dict(zip(cands.chunk_ids, cands.coverage)), adaptive_power=0)]
+    assert adapted == fixed
+    assert cands.query_alpha(1.0) == 1.0 and cands.query_alpha(0.0) == 0.0

@@ -123,6 +123,16 @@ class Candidates:
         """The dense weight used: ``alpha`` if given, else ``lexical.ALPHA``."""
         return lexical.ALPHA if alpha is None else float(alpha)
 
+    def query_alpha(self, alpha: float | None = None) -> float:
+        """The dense weight hybrid fusion actually uses for this query: ``alpha`` (None:
+        lexical.ALPHA) adapted to how peaked the two lists are (``lexical.query_alpha``)."""
+        base = self.alpha_for(alpha)
+        if not self.chunk_ids:
+            return base
+        lex = [b * c ** lexical.COVERAGE_POWER for b, c in zip(self.bm25, self.coverage)]
+        return lexical.query_alpha(base, lexical.list_margin(self.cosine),
+                                   lexical.list_margin(lex))
+
     def table(self, alpha: float | None = None) -> list[RankedChunk]:
         """Every candidate, best fused score first, with its rank in each list."""
         if not self.chunk_ids:
