@@ -749,6 +749,14 @@ class PostgresStore:
         for start in range(0, len(ids), page_rows):
             yield counters, ids[start : start + page_rows], matrix[start : start + page_rows]
 
+    def chunk_count(self, embed_model: str, embed_dim: int) -> int:
+        """Chunks of this embedder, from the documents' counts (no scan of the chunks)."""
+        row = self.raw.execute(
+            "SELECT COALESCE(SUM(chunk_count), 0) FROM documents WHERE embed_model = %s AND embed_dim = %s",
+            (embed_model, int(embed_dim)),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     def library_token(self) -> int:
         """0: no sidecar index file is trusted for a server database (``path`` is ":memory:")."""
         return 0
