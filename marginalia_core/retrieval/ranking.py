@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.base import DatabaseRanking, LibraryStore
 
 DEFAULT_TOP_K = 6
 QUANTISE_ABOVE_ROWS = 100_000  # below this the exact float32 matrix is both small and fast
@@ -876,6 +876,55 @@ class VectorIndex:
         else:
             scored = codes.exact(q, np.asarray(chunk_ids, dtype=np.int64), self.store.vectors_by_ids)
         return _lookup(scored, chunk_ids)
+
+
+class ServerIndex:
+    """Dense ranking done by the database (PostgreSQL + pgvector): ``search`` is one
+    ``ORDER BY embedding <=> q LIMIT k`` over the embedder's HNSW index, scoped to documents in
+    the same query; cosines of given chunks are computed there too. Nothing is resident, so
+    every app process sharing the library starts at once and sees every write immediately."""
+
+    quantised = False
+    nbytes = 0
+
+    def __init__(self, store: DatabaseRanking, embed_model: str, embed_dim: int):
+        self.store = store
+        self.embed_model = embed_model
+        self.embed_dim = embed_dim
+        self.last_load: dict = {"path": "database", "how": "HNSW in the database", "rows": None}
+
+    def __len__(self) -> int:
+        return self.store.chunk_count(self.embed_model, self.embed_dim)
+
+    def search(
+        self, query_vector: np.ndarray, *, k: int = DEFAULT_TOP_K, threshold: float | None = None,
+        documents: list[str] | None = None,
+    ) -> Scored:
+        """The best ``k`` chunks (of ``documents`` only, if given) at or above ``threshold``."""
+        pairs = self.store.nearest(self.embed_model, self.embed_dim, query_vector, k=k, documents=documents)
+        scored = Scored(np.asarray([c for c, _ in pairs], np.int64), np.asarray([v for _, v in pairs], np.float32))
+        return top_k(scored, k=k, threshold=threshold)  # ties in the stable order VectorIndex uses
+
+    def cosine(self, query_vector: np.ndarray, chunk_ids: list[int]) -> list[float | None]:
+        if not chunk_ids:
+            return []
+        ids, scores = self.store.cosines(self.embed_model, self.embed_dim, query_vector, chunk_ids)
+        return _lookup(Scored(ids, scores), chunk_ids)
+
+    def score_all(self, query_vector: np.ndarray) -> Scored:
+        """Every chunk's exact cosine (ascending ids), for the Inspector's full table."""
+        ids, scores = self.store.cosines(self.embed_model, self.embed_dim, query_vector)
+        return Scored(ids, scores)
+
+    def refresh(self) -> None:
+        """Nothing to reload: the database is read at every query."""
+
+
+def dense_index(store: LibraryStore, embed_model: str, embed_dim: int) -> VectorIndex | ServerIndex:
+    """The database's own ranking when it has one (PostgreSQL), else the in-process index."""
+    if isinstance(store, DatabaseRanking):
+        return ServerIndex(store, embed_model, embed_dim)
+    return VectorIndex(store, embed_model, embed_dim)
 
 
 def _sample(matrix: np.ndarray) -> np.ndarray:

@@ -184,6 +184,25 @@ class LibraryStore(LexicalSource, Protocol):
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]: ...
 
 
+@runtime_checkable
+class DatabaseRanking(Protocol):
+    """A store that ranks vectors itself (PostgreSQL + pgvector's HNSW): the retriever asks it
+    for the top k instead of holding the vectors in the process."""
+
+    def nearest(
+        self, embed_model: str, embed_dim: int, query_vector: np.ndarray, *, k: int = 10,
+        exact: bool = False, ef_search: int | None = None,
+        documents: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]: ...
+
+    def cosines(
+        self, embed_model: str, embed_dim: int, query_vector: np.ndarray,
+        chunk_ids: Sequence[int] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def chunk_count(self, embed_model: str, embed_dim: int) -> int: ...
+
+
 def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).startswith(POSTGRES_SCHEMES)
 
