@@ -18,7 +18,7 @@ Backends, all answering the same queries interleaved query by query (BLAS on one
 
 - ``exact_numpy``: ``VectorIndex`` on its exact path (resident float32 matrix, one GEMV);
 - ``quantised_sqlite``: ``VectorIndex`` on its quantised path (binary scan, int8 re-score,
-  exact float32 re-score from the memory-mapped sidecar), as an app opens it;
+  exact float32 re-score read from the sidecar), as an app opens it;
 - ``pgvector_exact``: ``PostgresStore.nearest(exact=True)`` (a full scan in the server);
 - ``pgvector_hnsw_ef<N>``: ``PostgresStore.nearest(ef_search=N)`` over the HNSW index, what
   the retriever runs on PostgreSQL (``ServerIndex``), for each N of ``EF_SWEEP``.
@@ -398,7 +398,7 @@ def measure_size(n: int, queries_n: int, tmp: Path, quantise_above: int, reps: i
                 "load_rss_peak_added_mb": load[name]["rss_peak_added_mb"],
             })
             if name == "quantised_sqlite":
-                row["mapped_float32_mb"] = round(s.index._codes.mapped_bytes / 2**20, 1)
+                row["float32_file_mb"] = round(s.index._codes.float32_file_bytes / 2**20, 1)
         else:
             pl = entry["pgvector_load"]
             row.update({"load_s": pg_open[name], "copy_s": pl["copy_s"], "plan_walks_hnsw": s.walks_hnsw,
@@ -512,8 +512,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
             if name in BACKENDS:
                 build = entry["load"].get("quantised_sqlite_first_build", {}).get("seconds") if name == "quantised_sqlite" else None
                 mem = f"{r['index_mb']} MB resident ({r['index_share_of_float32']:.3f} of float32)"
-                if "mapped_float32_mb" in r:
-                    mem += f" + {r['mapped_float32_mb']} MB float32 mapped"
+                if "float32_file_mb" in r:
+                    mem += f"; float32 read from a {r['float32_file_mb']} MB file"
             else:
                 build = r.get("hnsw_build_s")
                 mem = f"server: table {r['table_mb']} MB" + (f", HNSW {r['server_index_mb']} MB" if r.get("server_index_mb") else "")

@@ -13,8 +13,9 @@ a ~20 ms GEMV. Past that the matrix costs more memory and time than a query is w
 3. the best few hundred are re-scored exactly from their float32 vectors.
 
 All three live in a sidecar directory next to the SQLite file (``<db>.vectors/<model>@<dim>/``)
-as contiguous files that are memory-mapped, so opening 1M chunks is a few ``mmap`` calls (no
-read, no per-row work) and the float32 rows cost memory only for the ~100 a query touches.
+as contiguous files: the codes memory-mapped and the float32 rows read with ``pread`` (the
+~200 a query rescores), so opening 1M chunks is a few ``mmap`` calls (no read, no per-row work)
+and the float32 matrix never becomes resident.
 The database stays the source of truth: the sidecar records the library token (m012),
 generation and deletions it matches; a load checks those, the row count, and a few rows, and
 catches up (appends, tombstones) or rebuilds from the database when stale. Additions append to
@@ -49,7 +50,7 @@ RESCORE_MIN = 200  # ... and at least this many
 FIT_SAMPLE_ROWS = 50_000  # rows the mean and int8 scales are fitted on
 SCALE_QUANTILE = 0.999  # per-dimension |x - mean| quantile mapped to 127 (rare outliers clip)
 SPOT_CHECK_ROWS = 4  # sidecar float32 rows compared with the database at every load
-SELF_CHECK_ROWS = 4  # rows per block re-encoded from the mapped float32 at every load
+SELF_CHECK_ROWS = 4  # rows per block re-encoded from the sidecar's float32 at every load
 COMPACT_DEAD_FRACTION = 0.05  # rewrite the sidecar once this share of its rows is deleted
 SIDECAR_FORMAT = 2  # 2: memory-mapped, word-major bits in blocks, float32 file
 GROWTH_FACTOR = 1.5  # exact path: spare capacity when the float32 buffer is reallocated
@@ -107,15 +108,17 @@ class _Block:
     (``bits_t[w]`` is one contiguous run per 64-bit word, so the XOR + popcount scan streams
     memory). Either memory-mapped from the sidecar (fixed: additions go to a new block), or in
     memory and growable; an in-memory block keeps no float32 (the exact stage reads its few
-    candidates from the store), so resident memory stays at the codes."""
+    candidates from the store), so resident memory stays at the codes. A sidecar block reads
+    its float32 rows from the file (``RowFile``)."""
 
     def __init__(self, ids: np.ndarray, bits_t: np.ndarray, codes: np.ndarray,
-                 vecs: np.ndarray | None, n: int, *, growable: bool):
+                 vecs: np.ndarray | RowFile | None, n: int, *, growable: bool):
         self.ids, self.bits_t, self.codes, self.vecs = ids, bits_t, codes, vecs
         self.alive = np.ones(len(ids), dtype=bool)
         self.n = n
         self.dead = 0
         self.growable = growable
+        self.fd: _Fd | None = None
 
     @classmethod
     def empty(cls, capacity: int, words: int, dim: int) -> _Block:
@@ -124,7 +127,7 @@ class _Block:
 
     @classmethod
     def full(cls, ids: np.ndarray, bits_t: np.ndarray, codes: np.ndarray,
-             vecs: np.ndarray | None = None) -> _Block:
+             vecs: np.ndarray | RowFile | None = None) -> _Block:
         """A block over existing arrays (``bits_t`` may hold more columns than rows: a
         sidecar's last block)."""
         return cls(ids, bits_t, codes, vecs, len(ids), growable=False)
@@ -207,13 +210,13 @@ class CodeIndex:
     def nbytes(self) -> int:
         """Bytes the scan and the int8 stage keep touching (ids, both codes, live flags) of
         the filled rows; a growable block's free tail is calloc'd (np.zeros), resident only
-        once written. The memory-mapped float32 rows are not counted: a query reads ~100 of
-        them (``mapped_bytes``)."""
+        once written. The float32 rows stay in their file (``float32_file_bytes``): a query
+        reads ~200 of them."""
         per_row = 8 + 8 * self.q.words + self.dim + 1
         return sum(b.n for b in self.blocks) * per_row
 
     @property
-    def mapped_bytes(self) -> int:
+    def float32_file_bytes(self) -> int:
         return sum(b.n for b in self.blocks if b.vecs is not None) * self.dim * 4
 
     def append(self, ids: np.ndarray, bits: np.ndarray, codes: np.ndarray) -> None:
@@ -380,7 +383,8 @@ SIDECAR_EXTS = ("ids", "bits", "codes", "f32")
 
 class Sidecar:
     """Four files per epoch plus ``meta.json`` (written last, atomically), all memory-mapped at
-    load, so opening 1M rows is a few ``mmap`` calls, no read and no per-row work:
+    load (the float32 file read row by row, ``RowFile``), so opening 1M rows is a few ``mmap``
+    calls, no read and no per-row work:
 
     - ``.ids`` int64, ``.codes`` int8 (n, d), ``.f32`` float32 (n, d): row-major, appended;
     - ``.bits`` uint64 in blocks of ``BLOCK_ROWS`` rows, each block word-major
@@ -431,12 +435,16 @@ class Sidecar:
             ids = _map(f_ids, np.dtype("<i8"), (n,))
             bits = _map(f_bits, np.dtype("<u8"), (nblocks, words, BLOCK_ROWS))
             codes = _map(f_codes, np.dtype(np.int8), (n, self.dim))
-            vecs = _map(f_vecs, np.dtype("<f4"), (n, self.dim))
+            if f_vecs.stat().st_size < n * self.dim * 4:
+                raise ValueError(f"{f_vecs.name} is shorter than its meta says")
+            fd = _Fd(f_vecs)
         except (OSError, ValueError):
             return None
         for k in range(nblocks):
             a, z = k * BLOCK_ROWS, min(n, (k + 1) * BLOCK_ROWS)
-            index.blocks.append(_Block.full(ids[a:z], bits[k], codes[a:z], vecs[a:z]))
+            block = _Block.full(ids[a:z], bits[k], codes[a:z], RowFile(fd.fd, self.dim, a, z - a))
+            block.fd = fd  # keeps the descriptor open as long as the block
+            index.blocks.append(block)
         if meta.get("dead"):
             index.drop(np.asarray(meta["dead"], np.int64))
         return index
@@ -491,6 +499,45 @@ class Sidecar:
             meta = {**old, **base, "rows": n + len(ids), "dead": sorted(set(old.get("dead", [])) | set(dead))}
             self._write_meta(meta)
         return meta
+
+
+class RowFile:
+    """Rows ``start..start+n`` of a row-major float32 file, read with ``pread`` on demand.
+    Not a memory map on purpose: a query reads ~200 scattered rows, and every page fault on a
+    mapping maps the 64 KB around it too (fault-around), so after a few hundred queries a 1M
+    library's whole 1.5 GB file would count as resident. ``pread`` costs ~1 us a row here."""
+
+    def __init__(self, fd: int, dim: int, start: int, n: int):
+        self.fd, self.dim, self.start, self.n = fd, dim, start, n
+        self.row_bytes = dim * 4
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, local) -> np.ndarray:
+        local = np.asarray(local, np.int64).reshape(-1)
+        if not len(local):
+            return np.zeros((0, self.dim), np.float32)
+        lo, hi = int(local.min()), int(local.max()) + 1
+        if hi - lo <= 4 * len(local):  # dense enough: one read of the span
+            raw = os.pread(self.fd, (hi - lo) * self.row_bytes, (self.start + lo) * self.row_bytes)
+            span = np.frombuffer(raw, "<f4").reshape(-1, self.dim)
+            return span[local - lo].astype(np.float32)
+        out = bytearray()
+        for i in local.tolist():
+            out += os.pread(self.fd, self.row_bytes, (self.start + i) * self.row_bytes)
+        return np.frombuffer(bytes(out), "<f4").reshape(-1, self.dim).astype(np.float32)
+
+
+class _Fd:
+    """An open read-only file descriptor, closed when the last block using it goes."""
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self):
+        with contextlib.suppress(OSError, AttributeError):
+            os.close(self.fd)
 
 
 def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -705,7 +752,7 @@ class VectorIndex:
 
     def _open_sidecar(self) -> bool:
         """Start from the sidecar if it belongs to this database and agrees with it: library
-        token, counters and row count; a few rows' codes re-encoded from the mapped float32
+        token, counters and row count; a few rows' codes re-encoded from the sidecar's float32
         must give the very codes on disk, and a few float32 rows must equal the database's."""
         if self.sidecar is None:
             return False
@@ -741,7 +788,7 @@ class VectorIndex:
         )
 
     def _spot_check(self, codes: CodeIndex, meta: dict, counters: tuple[int, int]) -> bool:
-        """Rows sampled from the mapped files are self-consistent (float32 -> the very bits
+        """Rows sampled from the sidecar files are self-consistent (float32 -> the very bits
         and int8 codes on disk), and a handful equal the database's (``SPOT_CHECK_ROWS``
         primary-key reads: the one check that the float32 file is this library's)."""
         rng = np.random.default_rng()
