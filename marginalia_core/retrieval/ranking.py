@@ -849,9 +849,9 @@ class VectorIndex:
             self._persist_all()  # a fresh epoch of the live rows (compaction)
             return
         words, dim = codes.q.words, self.embed_dim
-        parts = list(zip(*new)) if new else [[np.zeros(0, np.int64)], [np.zeros((0, words), np.uint64)],
-                                             [np.zeros((0, dim), np.int8)], [np.zeros((0, dim), np.float32)]]
-        ids, bits, c8, rows = (np.concatenate(p) for p in parts)
+        empty = (np.zeros(0, np.int64), np.zeros((0, words), np.uint64),
+                 np.zeros((0, dim), np.int8), np.zeros((0, dim), np.float32))
+        ids, bits, c8, rows = (np.concatenate([empty[i], *(page[i] for page in new)]) for i in range(4))
         try:
             self._meta = self.sidecar.append(self._meta, ids, bits, c8, rows, self._base_meta(), dead)
         except OSError:
