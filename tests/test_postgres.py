@@ -246,3 +246,126 @@ def test_applied_settings_reach_every_workspace_on_postgres(pg_database, local_e
     finally:
         first.close()
         second.close()
+
+
+def test_full_text_folds_accents_and_p005_reindexes_existing_rows(empty_pg_database):
+    """As SQLite's FTS5 (remove_diacritics): "cafe" finds "café" and back; rows written before
+    p005 are found too (the migration recomputes their tsvector)."""
+    from marginalia_core.store.postgres import MIGRATIONS_TABLE
+    from marginalia_core.store.sqlite import now_iso
+
+    with psycopg.connect(empty_pg_database, autocommit=True) as conn, conn.transaction():
+        conn.execute(f"CREATE TABLE {MIGRATIONS_TABLE} (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        for name, fn in PG_MIGRATIONS:
+            if name.startswith("p005"):
+                break
+            fn(conn)
+            conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (%s, %s)", (name, now_iso()))
+    with psycopg.connect(empty_pg_database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO documents (id, name, mime, size, chunk_count, content_hash, embed_model, "
+            "embed_dim, chunk_target, chunk_overlap, created) VALUES "
+            "('old', 'old.txt', 'text/plain', 1, 1, 'h', 'm', 8, 1400, 200, 'now')")
+        conn.execute(
+            "INSERT INTO chunks (document_id, idx, content, start, \"end\", page_start, page_end, "
+            "embedder, embedding) VALUES ('old', 0, 'Un café crème à Paris', 0, 20, 1, 1, 'm/8', "
+            "'[1,0,0,0,0,0,0,0]')")
+        before = conn.execute(
+            "SELECT count(*) FROM chunks WHERE tsv @@ websearch_to_tsquery('english', 'cafe')"
+        ).fetchone()[0]
+    assert before == 0  # the p001 column kept the accent
+    store = PostgresStore(empty_pg_database)  # applies p005
+    try:
+        assert applied_pg(store.raw)[-1].startswith("p005")
+        old_chunk = store.chunk_ids_of_documents(["old"])
+        assert [c for c, _ in store.bm25(["cafe"], limit=5)] == old_chunk
+        assert [c for c, _ in store.bm25(["creme", "paris"], limit=5, require_all=True)] == old_chunk
+        doc, _ = _add(store, "other.txt")
+        store.raw.execute(
+            "UPDATE chunks SET content = 'a naive resume of the facade' WHERE document_id = %s "
+            "AND idx = 0", (doc["id"],))
+        first = store.chunk_ids_of_documents([doc["id"]])[0]
+        assert [c for c, _ in store.bm25(["naïve", "résumé", "façade"], limit=5, require_all=True)] == [first]
+        assert store.chunks_containing("résumé", [first, *old_chunk]) == [first]
+        total, counts = store.term_chunk_counts(["café", "cafe", "naïve"])
+        assert counts == {"café": 1, "cafe": 1, "naïve": 1} and total >= 2
+        # ligatures of PDF text fold too
+        assert store.raw.execute("SELECT marginalia_fold('ﬁnal Ångström')").fetchone()[0] == "final Angstrom"
+    finally:
+        store.close()
+
+
+def _plan(store, q, **kw) -> str:
+    """The plan of ``nearest``'s own statement. ef_search 10: on a table this small a wider
+    search costs more than sorting every row, and the planner rightly sorts (at 100k rows it
+    walks the index at any ef_search: bench_backends)."""
+    return "\n".join(line for line, _ in store.nearest("m", 16, q, k=10, explain=True, ef_search=10, **kw))
+
+
+def test_the_retriever_ranks_in_the_database_with_the_hnsw_index(pg_database, monkeypatch):
+    """On PostgreSQL dense search is an ORDER BY <=> LIMIT k over the HNSW index (no vector is
+    loaded into the process), equal to exact ranking on small data, scoped to documents
+    correctly both ways (a small scope ranked exactly, a big one through the index with
+    iterative scans)."""
+    from marginalia_core.ingest.chunking import Chunk
+    from marginalia_core.retrieval.ranking import ServerIndex, dense_index
+    from marginalia_core.store import postgres
+
+    store = PostgresStore(pg_database)
+    docs, parts = [], []
+    for i in range(3):  # 3 x 1,000 rows: enough that the planner walks the index
+        vecs = np.random.default_rng(i).normal(size=(1000, 16)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        chunks = [Chunk(idx=j, start=0, end=6, text=f"c{j} d{i}", page_start=1, page_end=1)
+                  for j in range(1000)]
+        docs.append(store.add_document(
+            name=f"d{i}.txt", mime="text/plain", size=1, content_hash=f"d{i}", embed_model="m",
+            embed_dim=16, chunks=chunks, embeddings=vecs, chunk_target=1400, chunk_overlap=200))
+        parts.append(vecs)
+    store.raw.execute("ANALYZE")
+    _, ids, matrix = store.load_vectors("m", 16)
+    doc_of = {c: d["id"] for d in docs for c in store.chunk_ids_of_documents([d["id"]])}
+
+    def no_load(*a, **kw):
+        raise AssertionError("vectors were loaded into the process")
+
+    monkeypatch.setattr(store, "load_vectors", no_load)
+    monkeypatch.setattr(store, "vector_pages", no_load)
+    index = dense_index(store, "m", 16)
+    assert isinstance(index, ServerIndex) and len(index) == len(ids)
+    queries = np.random.default_rng(9).normal(size=(20, 16)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+
+    def exact(q, scope=None, k=10):
+        keep = np.asarray([scope is None or doc_of[int(c)] in scope for c in ids])
+        s = matrix[keep] @ q
+        order = np.lexsort((ids[keep], -s))[:k]
+        return ids[keep][order].tolist(), s[order]
+
+    hnsw = hnsw_index_name("m/16")
+    assert f"Index Scan using {hnsw}" in _plan(store, queries[0])
+    for q in queries:
+        got = index.search(q, k=10)
+        want, scores = exact(q)
+        assert got.chunk_ids.tolist() == want
+        assert np.allclose(got.scores, scores, atol=1e-5)
+    # threshold applies to the cosine, as on SQLite
+    assert (index.search(queries[0], k=10, threshold=0.3).scores >= 0.3).all()
+    scope = [docs[1]["id"]]
+    for exact_below in (postgres.EXACT_SCOPE_ROWS, 0):  # small scope exact / HNSW + filter
+        monkeypatch.setattr(postgres, "EXACT_SCOPE_ROWS", exact_below)
+        assert (hnsw in _plan(store, queries[0], documents=scope)) == (exact_below == 0)
+        for q in queries[:5]:
+            got = index.search(q, k=10, documents=scope)
+            assert got.chunk_ids.tolist() == exact(q, set(scope))[0]
+        # a scope of one document still fills k from it (iterative scan: the filter keeps ~1/3)
+        assert len(index.search(queries[0], k=len(parts[1]), documents=scope).chunk_ids) == len(parts[1])
+    assert index.search(queries[0], k=5, documents=[]).chunk_ids.size == 0
+    # cosines computed in the database; chunks of other embedders or unknown ids are None
+    some = [int(ids[3]), int(ids[7]), 10**9]
+    got = index.cosine(queries[0], some)
+    assert got[:2] == [pytest.approx(float(matrix[3] @ queries[0]), abs=1e-5),
+                       pytest.approx(float(matrix[7] @ queries[0]), abs=1e-5)] and got[2] is None
+    full = index.score_all(queries[0])
+    assert full.chunk_ids.tolist() == ids.tolist() and np.allclose(full.scores, matrix @ queries[0], atol=1e-5)
+    store.close()

@@ -1,4 +1,4 @@
-"""Dense ranking over the in-memory matrix."""
+"""Dense ranking: the exact in-memory matrix, and the quantised path with its sidecar."""
 
 from __future__ import annotations
 
@@ -287,3 +287,62 @@ def test_migration_gives_each_library_its_own_token(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def test_sidecar_opens_as_memory_maps_and_rescores_from_the_file(big):
+    """A restart maps the codes (nothing copied into the process) and reads float32 rows from
+    the file only for the candidates; the result equals exact ranking."""
+    store, x, ids = big
+    VectorIndex(store, "q", QDIM, quantise_above=5_000).search(x[0], k=1)
+    index = VectorIndex(store, "q", QDIM, quantise_above=5_000)
+    assert index.quantised and index.last_load["how"].startswith("sidecar")
+    for b in index._codes.blocks:
+        assert not b.codes.flags.owndata and not b.bits_t.flags.owndata  # views of mappings
+        assert isinstance(b.vecs, ranking.RowFile)
+    assert index.nbytes <= x.nbytes / 3 and index._codes.float32_file_bytes == x.nbytes
+    q = _clustered(1, seed=11)[0]
+    best = index.search(q, k=10)
+    assert best.chunk_ids.tolist() == ids[np.argsort(-(x @ q), kind="stable")[:10]].tolist()
+    assert np.allclose(best.scores, x[np.searchsorted(ids, best.chunk_ids)] @ q, atol=1e-6)
+    rows = index._codes.blocks[0].vecs[np.array([3, 0, 2999])]  # any order, scattered or dense
+    assert np.array_equal(rows, x[[3, 0, 2999]])
+
+
+def test_a_sidecar_that_disagrees_with_the_database_is_rebuilt(big):
+    store, x, ids = big
+    VectorIndex(store, "q", QDIM, quantise_above=5_000).search(x[0], k=1)
+    side = sidecar_dir(store.path, "q", QDIM)
+    meta_path = side / "meta.json"
+    # a lost tail is simply caught up from the database
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "rows": meta["rows"] - 100}))
+    again = VectorIndex(store, "q", QDIM, quantise_above=5_000)
+    assert len(again) == 12_000 and again.last_load["how"] == "sidecar + 100 added", again.last_load
+    # rows marked deleted that the database still holds, counters matching: the row count
+    # disagrees with the documents', so the codes are rebuilt
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "dead": ids[500:600].tolist()}))
+    assert len(_rebuilt(store)) == 12_000
+    # float32 rows that are not this library's (the codes still agree with each other)
+    meta = json.loads(meta_path.read_text())
+    f32 = side / f"{meta['epoch']}.f32"
+    data = np.fromfile(f32, "<f4").reshape(-1, QDIM)
+    np.roll(data, 1, axis=0).tofile(f32)
+    (side / f"{meta['epoch']}.codes").write_bytes(
+        ranking.Quantiser(np.asarray(meta["mean"], np.float32), np.asarray(meta["scale"], np.float32))
+        .encode(np.roll(data, 1, axis=0))[1].tobytes())
+    index = _rebuilt(store)
+    assert _recall(index, x, ids, _clustered(20, seed=12)) >= 0.99
+
+
+def test_the_preselection_cut_keeps_every_row_closer_than_the_cut():
+    rng = np.random.default_rng(5)
+    for n, want in [(100_000, 500), (30_000, 2_000), (5_000, 5_000), (1_000, 7)]:
+        dist = rng.binomial(384, 0.5, n).astype(np.uint16)
+        dist[rng.choice(n, n // 50, replace=False)] = np.iinfo(np.uint16).max  # dead rows
+        pos = ranking._smallest(dist, want, 384)
+        assert (np.diff(pos) > 0).all() and (dist[pos] <= 384).all()
+        live = int((dist <= 384).sum())
+        assert min(want, live) <= len(pos) <= max(2 * want, 1)
+        cut = int(dist[pos].max())
+        assert set(np.flatnonzero(dist < cut).tolist()) <= set(pos.tolist())

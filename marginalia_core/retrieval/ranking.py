@@ -6,17 +6,21 @@ a ~20 ms GEMV. Past that the matrix costs more memory and time than a query is w
 1.5 GB resident, ~200 ms a query, ~12 s to load), so the index keeps only compact codes:
 
 1. binary codes (one sign bit per dimension of the vector minus the library mean; 48 bytes at
-   384 d), scanned with XOR + popcount to pre-select ``~1 %`` of the rows (ranking by cosine is
-   unchanged by subtracting the mean: q.x = q.(x - mean) + q.mean);
+   384 d), scanned with XOR + ``np.bitwise_count`` over uint64 words to pre-select ``~0.5 %``
+   of the rows (ranking by cosine is unchanged by subtracting the mean:
+   q.x = q.(x - mean) + q.mean);
 2. int8 codes (per-dimension scale) of those candidates re-score them approximately;
-3. the best few hundred are re-scored exactly from their float32 vectors, read from the store.
+3. the best few hundred are re-scored exactly from their float32 vectors.
 
-Codes live in growable blocks, so additions append without copying; deletions tombstone rows
-(the store's deletions counter says when to check). The codes are also written to a sidecar
-directory next to the SQLite file (``<db>.vectors/<model>@<dim>/``) so a restart loads them in
-a fraction of a second; the database stays the source of truth: the sidecar records the
-library token (m012), generation and deletions it matches, and is caught up, spot-checked
-against the stored vectors, or rebuilt from the database when stale.
+All three live in a sidecar directory next to the SQLite file (``<db>.vectors/<model>@<dim>/``)
+as contiguous files: the codes memory-mapped and the float32 rows read with ``pread`` (the
+~200 a query rescores), so opening 1M chunks is a few ``mmap`` calls (no read, no per-row work)
+and the float32 matrix never becomes resident.
+The database stays the source of truth: the sidecar records the library token (m012),
+generation and deletions it matches; a load checks those, the row count, and a few rows, and
+catches up (appends, tombstones) or rebuilds from the database when stale. Additions append to
+the files and to small in-memory blocks (never copying the mapped ones); deletions tombstone
+rows (the store's deletions counter says when to check), and many of them rewrite the files.
 
 The index reloads only when the store's generation counter moves (any process), never per query.
 """
@@ -34,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.base import DatabaseRanking, LibraryStore
 
 DEFAULT_TOP_K = 6
 QUANTISE_ABOVE_ROWS = 100_000  # below this the exact float32 matrix is both small and fast
@@ -45,12 +49,14 @@ RESCORE_FACTOR = 4  # exact float32 rescoring of RESCORE_FACTOR x k int8 candida
 RESCORE_MIN = 200  # ... and at least this many
 FIT_SAMPLE_ROWS = 50_000  # rows the mean and int8 scales are fitted on
 SCALE_QUANTILE = 0.999  # per-dimension |x - mean| quantile mapped to 127 (rare outliers clip)
-SPOT_CHECK_ROWS = 8  # sidecar rows compared with the database at every load
+SPOT_CHECK_ROWS = 4  # sidecar float32 rows compared with the database at every load
+SELF_CHECK_ROWS = 4  # rows per block re-encoded from the sidecar's float32 at every load
 COMPACT_DEAD_FRACTION = 0.05  # rewrite the sidecar once this share of its rows is deleted
-SIDECAR_FORMAT = 1
+SIDECAR_FORMAT = 2  # 2: memory-mapped, word-major bits in blocks, float32 file
 GROWTH_FACTOR = 1.5  # exact path: spare capacity when the float32 buffer is reallocated
 SCORE_ALL_BLOCK = 65_536  # rows dequantised at a time by score_all
 SCAN_SLICE = 32_768  # rows per step of the binary scan (its scratch stays in L2)
+CUT_SAMPLE = 65_536  # distances sampled to place the pre-selection cut-off
 
 
 @dataclass(frozen=True)
@@ -98,28 +104,37 @@ class Quantiser:
 
 
 class _Block:
-    """One growable slab of rows: ids, binary codes stored word-major (one contiguous array per
-    64-bit word, so the XOR + popcount scan streams memory), int8 codes row-major."""
+    """One slab of rows: ids, int8 codes and float32 vectors row-major, binary codes word-major
+    (``bits_t[w]`` is one contiguous run per 64-bit word, so the XOR + popcount scan streams
+    memory). Either memory-mapped from the sidecar (fixed: additions go to a new block), or in
+    memory and growable; an in-memory block keeps no float32 (the exact stage reads its few
+    candidates from the store), so resident memory stays at the codes. A sidecar block reads
+    its float32 rows from the file (``RowFile``)."""
 
-    def __init__(self, capacity: int, words: int, dim: int):
-        self.ids = np.zeros(capacity, dtype=np.int64)
-        self.bits_t = np.zeros((words, capacity), dtype=np.uint64)
-        self.codes = np.zeros((capacity, dim), dtype=np.int8)
-        self.alive = np.ones(capacity, dtype=bool)
-        self.n = 0
+    def __init__(self, ids: np.ndarray, bits_t: np.ndarray, codes: np.ndarray,
+                 vecs: np.ndarray | RowFile | None, n: int, *, growable: bool):
+        self.ids, self.bits_t, self.codes, self.vecs = ids, bits_t, codes, vecs
+        self.alive = np.ones(len(ids), dtype=bool)
+        self.n = n
+        self.dead = 0
+        self.growable = growable
+        self.fd: _Fd | None = None
 
     @classmethod
-    def full(cls, ids: np.ndarray, bits: np.ndarray, codes: np.ndarray) -> _Block:
-        block = cls.__new__(cls)
-        block.ids, block.codes = ids, codes
-        block.bits_t = np.ascontiguousarray(bits.T)
-        block.alive = np.ones(len(ids), dtype=bool)
-        block.n = len(ids)
-        return block
+    def empty(cls, capacity: int, words: int, dim: int) -> _Block:
+        return cls(np.zeros(capacity, np.int64), np.zeros((words, capacity), np.uint64),
+                   np.zeros((capacity, dim), np.int8), None, 0, growable=True)
+
+    @classmethod
+    def full(cls, ids: np.ndarray, bits_t: np.ndarray, codes: np.ndarray,
+             vecs: np.ndarray | RowFile | None = None) -> _Block:
+        """A block over existing arrays (``bits_t`` may hold more columns than rows: a
+        sidecar's last block)."""
+        return cls(ids, bits_t, codes, vecs, len(ids), growable=False)
 
     @property
     def free(self) -> int:
-        return len(self.ids) - self.n
+        return len(self.ids) - self.n if self.growable else 0
 
     def put(self, ids: np.ndarray, bits: np.ndarray, codes: np.ndarray) -> None:
         a, b = self.n, self.n + len(ids)
@@ -127,6 +142,13 @@ class _Block:
         self.bits_t[:, a:b] = bits.T
         self.codes[a:b] = codes
         self.n = b
+
+    def tombstone(self, local: np.ndarray) -> int:
+        """Mark rows dead; returns how many were alive."""
+        was = int(self.alive[local].sum())
+        self.alive[local] = False
+        self.dead += was
+        return was
 
     def hamming(self, qbits: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, np.ndarray]) -> None:
         """Hamming distance of the first ``len(out)`` rows to ``qbits`` into ``out`` (uint16);
@@ -145,8 +167,17 @@ class _Block:
                 np.bitwise_xor(self.bits_t[w, a:z], qbits[w], out=x)
                 np.bitwise_count(x, out=c)
                 np.add(d, c, out=d)
-        if not self.alive[:n].all():
+        if self.dead:
             out[~self.alive[:n]] = np.iinfo(np.uint16).max
+
+    def locate(self, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mask over ``chunk_ids`` of the live rows here, their local positions)."""
+        n = self.n
+        if not n or not len(chunk_ids):
+            return np.zeros(len(chunk_ids), bool), np.zeros(0, np.int64)
+        pos = np.clip(np.searchsorted(self.ids[:n], chunk_ids), 0, n - 1)
+        found = (self.ids[pos] == chunk_ids) & self.alive[pos]
+        return found, pos[found]
 
 
 class CodeIndex:
@@ -158,7 +189,7 @@ class CodeIndex:
         self.blocks: list[_Block] = []
 
     def __len__(self) -> int:
-        return sum(int(b.alive[: b.n].sum()) for b in self.blocks)
+        return sum(b.n - b.dead for b in self.blocks)
 
     @property
     def rows(self) -> int:
@@ -166,7 +197,7 @@ class CodeIndex:
 
     @property
     def dead(self) -> int:
-        return self.rows - len(self)
+        return sum(b.dead for b in self.blocks)
 
     @property
     def last_id(self) -> int:
@@ -177,17 +208,23 @@ class CodeIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the filled rows: a block's free tail is calloc'd (np.zeros) and its pages
-        become resident only as rows are written into them."""
+        """Bytes the scan and the int8 stage keep touching (ids, both codes, live flags) of
+        the filled rows; a growable block's free tail is calloc'd (np.zeros), resident only
+        once written. The float32 rows stay in their file (``float32_file_bytes``): a query
+        reads ~200 of them."""
         per_row = 8 + 8 * self.q.words + self.dim + 1
         return sum(b.n for b in self.blocks) * per_row
+
+    @property
+    def float32_file_bytes(self) -> int:
+        return sum(b.n for b in self.blocks if b.vecs is not None) * self.dim * 4
 
     def append(self, ids: np.ndarray, bits: np.ndarray, codes: np.ndarray) -> None:
         """Add rows (ids above every present one) into the free tail, then new blocks."""
         done = 0
         while done < len(ids):
             if not self.blocks or self.blocks[-1].free == 0:
-                self.blocks.append(_Block(BLOCK_ROWS, self.q.words, self.dim))
+                self.blocks.append(_Block.empty(BLOCK_ROWS, self.q.words, self.dim))
             block = self.blocks[-1]
             m = min(block.free, len(ids) - done)
             block.put(ids[done : done + m], bits[done : done + m], codes[done : done + m])
@@ -204,28 +241,50 @@ class CodeIndex:
         """Mask of the ids that are live rows here (no copy of the id arrays)."""
         found = np.zeros(len(chunk_ids), dtype=bool)
         for b in self.blocks:
-            n = b.n
-            if not n:
-                continue
-            pos = np.clip(np.searchsorted(b.ids[:n], chunk_ids), 0, n - 1)
-            found |= (b.ids[pos] == chunk_ids) & b.alive[pos]
+            found |= b.locate(chunk_ids)[0]
         return found
 
-    def keep_only(self, present: np.ndarray) -> int:
-        """Tombstone every row whose id is not in ``present`` (ascending); returns how many."""
+    def drop(self, chunk_ids: np.ndarray) -> int:
+        """Tombstone these ids (those present and alive); returns how many."""
         gone = 0
         for b in self.blocks:
-            was = b.alive[: b.n].copy()
-            b.alive[: b.n] &= np.isin(b.ids[: b.n], present, assume_unique=True)
-            gone += int((was & ~b.alive[: b.n]).sum())
+            gone += b.tombstone(b.locate(np.asarray(chunk_ids, np.int64))[1])
         return gone
 
-    def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids, bits row-major, codes) of every row, dead ones included (sidecar order)."""
-        ids = self.all_ids()
-        bits = np.concatenate([b.bits_t[:, : b.n].T for b in self.blocks]) if self.blocks else np.zeros((0, self.q.words), np.uint64)
-        codes = np.concatenate([b.codes[: b.n] for b in self.blocks]) if self.blocks else np.zeros((0, self.dim), np.int8)
-        return ids, bits, codes
+    def keep_only(self, present: np.ndarray) -> list[int]:
+        """Tombstone every live row whose id is not in ``present`` (ascending); returns them."""
+        gone: list[int] = []
+        for b in self.blocks:
+            live = np.flatnonzero(b.alive[: b.n])
+            lost = live[~np.isin(b.ids[live], present, assume_unique=True)]
+            b.tombstone(lost)
+            gone.extend(b.ids[lost].tolist())
+        return gone
+
+    def exact(self, q: np.ndarray, chunk_ids: np.ndarray, fetch) -> Scored:
+        """Exact float32 cosines of live ``chunk_ids`` (ascending ids): memory-mapped rows
+        where the block has them, else the rows ``fetch(ids)`` reads from the store."""
+        chunk_ids = np.unique(np.asarray(chunk_ids, np.int64))
+        ids_parts, score_parts, ask = [], [], []
+        for b in self.blocks:
+            found, local = b.locate(chunk_ids)
+            if not len(local):
+                continue
+            if b.vecs is None:
+                ask.append(chunk_ids[found])
+            else:
+                ids_parts.append(chunk_ids[found])
+                score_parts.append(_dot(b.vecs[local], q))
+        if ask:
+            got, rows = fetch(np.concatenate(ask).tolist())
+            if len(got):
+                ids_parts.append(got)
+                score_parts.append(_dot(rows, q))
+        if not ids_parts:
+            return Scored(np.zeros(0, np.int64), np.zeros(0, np.float32))
+        ids, scores = np.concatenate(ids_parts), np.concatenate(score_parts).astype(np.float32)
+        order = np.argsort(ids, kind="stable")
+        return Scored(ids[order], scores[order])
 
     def candidates(self, query: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids, approximate centred scores) of the ``count`` best rows by int8 score,
@@ -244,12 +303,9 @@ class CodeIndex:
         scratch = (np.empty(SCAN_SLICE, np.uint64), np.empty(SCAN_SLICE, np.uint8))
         for i, b in enumerate(blocks):
             b.hamming(qbits, dist[offsets[i] : offsets[i + 1]], scratch)
-        live = len(self)
+        live = sum(b.n - b.dead for b in blocks)
         want = min(live, max(PRESELECT_MIN, int(live * PRESELECT_FRACTION), count))
-        # the distances are small integers: a histogram gives the cut-off without a sort
-        hist = np.bincount(dist, minlength=self.q.words * 64 + 1)
-        cut = int(np.searchsorted(np.cumsum(hist), want))
-        pos = np.flatnonzero(dist <= min(cut, self.q.words * 64))
+        pos = _smallest(dist, want, self.q.words * 64)
         weights = (self.q.scale * query).astype(np.float32)
         ids_parts, score_parts = [], []
         for i, b in enumerate(blocks):
@@ -258,7 +314,7 @@ class CodeIndex:
                 continue
             local = pos[lo:hi] - offsets[i]
             ids_parts.append(b.ids[local])
-            score_parts.append(b.codes[local].astype(np.float32) @ weights)
+            score_parts.append(_dot(b.codes[local].astype(np.float32), weights))
         ids = np.concatenate(ids_parts)
         approx = np.concatenate(score_parts)
         if len(ids) > count:
@@ -284,6 +340,33 @@ class CodeIndex:
         return Scored(np.concatenate(ids_parts), np.concatenate(score_parts).astype(np.float32))
 
 
+def _dot(rows: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``rows @ q`` for the few thousand candidate rows of a query, without BLAS: a threaded
+    GEMV this small waits for a descheduled worker on a busy machine (measured: 2.9 ms on one
+    thread, 16-20 ms on two while the other core is taken)."""
+    return np.einsum("ij,j->i", rows, q, optimize=False)
+
+
+def _smallest(dist: np.ndarray, want: int, top: int) -> np.ndarray:
+    """Ascending positions of (about) the ``want`` smallest distances (all values <= ``top``
+    are real; dead rows carry the uint16 maximum and are never chosen). The cut-off comes from
+    a strided sample's partition, then is widened until enough rows pass: a full histogram or
+    partition of 1M values costs more than the whole scan's popcounts."""
+    n = len(dist)
+    if want >= n:
+        return np.flatnonzero(dist <= top)
+    sample = dist[:: max(1, n // CUT_SAMPLE)]
+    kth = min(len(sample) - 1, int(want / n * len(sample)))
+    cut = min(int(np.partition(sample, kth)[kth]), top)
+    pos = np.flatnonzero(dist <= cut)
+    while len(pos) < want and cut < top:
+        cut += 1 if len(pos) > want // 2 else 4
+        pos = np.flatnonzero(dist <= min(cut, top))
+    if len(pos) > 2 * want:  # a coarse cut (many ties): keep the want best
+        pos = np.sort(pos[np.argpartition(dist[pos], want - 1)[:want]])
+    return pos
+
+
 # --------------------------------------------------------------------------- sidecar
 
 
@@ -295,11 +378,21 @@ def sidecar_dir(db_path: str, embed_model: str, embed_dim: int) -> Path | None:
     return Path(f"{db_path}.vectors") / f"{slug}@{embed_dim}"
 
 
+SIDECAR_EXTS = ("ids", "bits", "codes", "f32")
+
+
 class Sidecar:
-    """Append-only code files plus ``meta.json`` (written last, atomically): a reader trusts only
-    the rows meta counts, so a writer killed mid-append leaves nothing half-visible. Writers
-    hold an exclusive ``flock``; every file set is named by an epoch, so a compaction writes a
-    new set and swaps meta, never rewriting files a reader may have open."""
+    """Four files per epoch plus ``meta.json`` (written last, atomically), all memory-mapped at
+    load (the float32 file read row by row, ``RowFile``), so opening 1M rows is a few ``mmap``
+    calls, no read and no per-row work:
+
+    - ``.ids`` int64, ``.codes`` int8 (n, d), ``.f32`` float32 (n, d): row-major, appended;
+    - ``.bits`` uint64 in blocks of ``BLOCK_ROWS`` rows, each block word-major
+      (words, BLOCK_ROWS): the layout the scan wants, and an append writes into the last block.
+
+    A reader trusts only the rows meta counts, so a writer killed mid-append leaves nothing
+    half-visible. Writers hold an exclusive ``flock``; every file set is named by an epoch, so
+    a rewrite writes a new set and swaps meta, never touching files a reader has mapped."""
 
     def __init__(self, path: Path, dim: int):
         self.path = path
@@ -321,8 +414,8 @@ class Sidecar:
         except (OSError, ValueError):
             return None
 
-    def _files(self, epoch: str) -> tuple[Path, Path, Path]:
-        return tuple(self.path / f"{epoch}.{ext}" for ext in ("ids", "bits", "codes"))  # type: ignore[return-value]
+    def _files(self, epoch: str) -> tuple[Path, ...]:
+        return tuple(self.path / f"{epoch}.{ext}" for ext in SIDECAR_EXTS)
 
     def _write_meta(self, meta: dict) -> None:
         tmp = self.path / f"meta.{uuid.uuid4().hex}.tmp"
@@ -330,67 +423,145 @@ class Sidecar:
         os.replace(tmp, self.path / "meta.json")
 
     def read(self, meta: dict) -> CodeIndex | None:
-        """The index meta describes, or None if its files are missing or short."""
+        """The index meta describes, memory-mapped; None if a file is missing or short."""
         n, words = int(meta["rows"]), int(meta["words"])
-        f_ids, f_bits, f_codes = self._files(meta["epoch"])
-        try:
-            ids = np.fromfile(f_ids, dtype="<i8", count=n)
-            bits = np.fromfile(f_bits, dtype="<u8", count=n * words).reshape(-1, words)
-            codes = np.fromfile(f_codes, dtype=np.int8, count=n * self.dim).reshape(-1, self.dim)
-        except (OSError, ValueError):
-            return None
-        if len(ids) != n or len(bits) != n or len(codes) != n:
-            return None
         quantiser = Quantiser(np.asarray(meta["mean"], np.float32), np.asarray(meta["scale"], np.float32))
         index = CodeIndex(quantiser, self.dim)
-        if n:
-            index.blocks.append(_Block.full(ids, bits, codes))
+        if not n:
+            return index
+        nblocks = -(-n // BLOCK_ROWS)
+        f_ids, f_bits, f_codes, f_vecs = self._files(meta["epoch"])
+        try:
+            ids = _map(f_ids, np.dtype("<i8"), (n,))
+            bits = _map(f_bits, np.dtype("<u8"), (nblocks, words, BLOCK_ROWS))
+            codes = _map(f_codes, np.dtype(np.int8), (n, self.dim))
+            if f_vecs.stat().st_size < n * self.dim * 4:
+                raise ValueError(f"{f_vecs.name} is shorter than its meta says")
+            fd = _Fd(f_vecs)
+        except (OSError, ValueError):
+            return None
+        for k in range(nblocks):
+            a, z = k * BLOCK_ROWS, min(n, (k + 1) * BLOCK_ROWS)
+            block = _Block.full(ids[a:z], bits[k], codes[a:z], RowFile(fd.fd, self.dim, a, z - a))
+            block.fd = fd  # keeps the descriptor open as long as the block
+            index.blocks.append(block)
         if meta.get("dead"):
-            index.keep_only(np.setdiff1d(ids, np.asarray(meta["dead"], np.int64)))
+            index.drop(np.asarray(meta["dead"], np.int64))
         return index
 
-    def write_all(self, index: CodeIndex, base: dict) -> dict:
-        """A fresh epoch with every row of ``index``; old epochs are removed after the swap."""
+    def write(self, q: Quantiser, pages, base) -> dict:
+        """A fresh epoch from ``pages`` of (ids, bits, codes, float32 rows); old epochs are
+        removed after the swap. Pages are streamed: the whole set is never in memory.
+        ``base``: meta fields, or a function giving them once the pages are read."""
         with self.locked():
             epoch = uuid.uuid4().hex[:12]
-            dead: list[int] = []
-            handles = [open(f, "wb") for f in self._files(epoch)]  # noqa: SIM115 (closed below)
+            files = self._files(epoch)
+            handles = [open(f, "wb") for f in files]  # noqa: SIM115 (closed below)
+            n = 0
             try:
-                for b in index.blocks:  # block by block: no second copy of the codes
-                    n = b.n
-                    b.ids[:n].astype("<i8", copy=False).tofile(handles[0])
-                    np.ascontiguousarray(b.bits_t[:, :n].T).astype("<u8", copy=False).tofile(handles[1])
-                    b.codes[:n].tofile(handles[2])
-                    dead.extend(b.ids[:n][~b.alive[:n]].tolist())
+                for ids, bits, codes, vecs in pages:
+                    ids.astype("<i8", copy=False).tofile(handles[0])
+                    _write_bits(handles[1], n, bits, q.words)
+                    np.ascontiguousarray(codes, np.int8).tofile(handles[2])
+                    np.ascontiguousarray(vecs, "<f4").tofile(handles[3])
+                    n += len(ids)
+                handles[1].truncate(-(-n // BLOCK_ROWS) * BLOCK_ROWS * q.words * 8)
             finally:
                 for fh in handles:
                     fh.close()
-            meta = {**base, "epoch": epoch, "rows": index.rows, "words": index.q.words,
-                    "mean": index.q.mean.tolist(), "scale": index.q.scale.tolist(), "dead": dead}
+            meta = {**(base() if callable(base) else base), "epoch": epoch, "rows": n, "words": q.words, "block_rows": BLOCK_ROWS,
+                    "mean": q.mean.tolist(), "scale": q.scale.tolist(), "dead": []}
             self._write_meta(meta)
             for f in self.path.iterdir():
-                if f.suffix in (".ids", ".bits", ".codes") and not f.name.startswith(epoch):
+                if f.suffix.lstrip(".") in SIDECAR_EXTS and not f.name.startswith(epoch):
                     f.unlink(missing_ok=True)
         return meta
 
-    def append(self, old: dict, ids: np.ndarray, bits: np.ndarray, codes: np.ndarray, base: dict,
-               dead: list[int]) -> dict | None:
+    def append(self, old: dict, ids: np.ndarray, bits: np.ndarray, codes: np.ndarray,
+               vecs: np.ndarray, base: dict, dead: list[int]) -> dict | None:
         """Append rows to the epoch ``old`` describes; None (nothing written) if another process
         changed the sidecar since ``old`` was read: the next load reconciles."""
         with self.locked():
             now = self.meta()
             if not now or now.get("epoch") != old.get("epoch") or now.get("rows") != old.get("rows"):
                 return None
-            n = int(old["rows"])
-            sizes = (8, 8 * int(old["words"]), self.dim)
-            for f, arr, size in zip(self._files(old["epoch"]), (ids.astype("<i8"), bits.astype("<u8"), codes), sizes):
+            n, words = int(old["rows"]), int(old["words"])
+            f_ids, f_bits, f_codes, f_vecs = self._files(old["epoch"])
+            for f, arr, size in ((f_ids, ids.astype("<i8"), 8), (f_codes, codes, self.dim),
+                                 (f_vecs, np.ascontiguousarray(vecs, "<f4"), 4 * self.dim)):
                 with open(f, "r+b" if f.exists() else "wb") as fh:
                     fh.truncate(n * size)  # drop what a killed writer left past meta's rows
                     fh.seek(n * size)
                     arr.tofile(fh)
+            with open(f_bits, "r+b" if f_bits.exists() else "wb") as fh:
+                _write_bits(fh, n, bits, words)
+                fh.truncate(-(-(n + len(ids)) // BLOCK_ROWS) * BLOCK_ROWS * words * 8)
             meta = {**old, **base, "rows": n + len(ids), "dead": sorted(set(old.get("dead", [])) | set(dead))}
             self._write_meta(meta)
         return meta
+
+
+class RowFile:
+    """Rows ``start..start+n`` of a row-major float32 file, read with ``pread`` on demand.
+    Not a memory map on purpose: a query reads ~200 scattered rows, and every page fault on a
+    mapping maps the 64 KB around it too (fault-around), so after a few hundred queries a 1M
+    library's whole 1.5 GB file would count as resident. ``pread`` costs ~1 us a row here."""
+
+    def __init__(self, fd: int, dim: int, start: int, n: int):
+        self.fd, self.dim, self.start, self.n = fd, dim, start, n
+        self.row_bytes = dim * 4
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, local) -> np.ndarray:
+        local = np.asarray(local, np.int64).reshape(-1)
+        if not len(local):
+            return np.zeros((0, self.dim), np.float32)
+        lo, hi = int(local.min()), int(local.max()) + 1
+        if hi - lo <= 4 * len(local):  # dense enough: one read of the span
+            raw = os.pread(self.fd, (hi - lo) * self.row_bytes, (self.start + lo) * self.row_bytes)
+            span = np.frombuffer(raw, "<f4").reshape(-1, self.dim)
+            return span[local - lo].astype(np.float32)
+        out = bytearray()
+        for i in local.tolist():
+            out += os.pread(self.fd, self.row_bytes, (self.start + i) * self.row_bytes)
+        return np.frombuffer(bytes(out), "<f4").reshape(-1, self.dim).astype(np.float32)
+
+
+class _Fd:
+    """An open read-only file descriptor, closed when the last block using it goes."""
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self):
+        with contextlib.suppress(OSError, AttributeError):
+            os.close(self.fd)
+
+
+def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only memory map of ``shape`` at the start of ``path`` (ValueError if short)."""
+    need = int(np.prod(shape)) * dtype.itemsize
+    if path.stat().st_size < need:
+        raise ValueError(f"{path.name} is shorter than its meta says")
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r", shape=shape))
+
+
+def _write_bits(fh, start: int, bits: np.ndarray, words: int) -> None:
+    """Write row-major ``bits`` (m, words) for rows ``start``.. into the block-structured,
+    word-major bits file: per block touched, one contiguous run per word."""
+    bits = np.asarray(bits, "<u8")
+    done = 0
+    while done < len(bits):
+        row = start + done
+        k, at = divmod(row, BLOCK_ROWS)
+        m = min(len(bits) - done, BLOCK_ROWS - at)
+        part = bits[done : done + m]
+        for w in range(words):
+            fh.seek(((k * words + w) * BLOCK_ROWS + at) * 8)
+            np.ascontiguousarray(part[:, w]).tofile(fh)
+        done += m
 
 
 # --------------------------------------------------------------------------- the index
@@ -463,22 +634,52 @@ class VectorIndex:
         self._maybe_quantise(ids, matrix, counters)
 
     def _build_codes_from_store(self) -> bool:
-        """A big library with no usable sidecar: fit on a sample, then encode page by page, so
-        the float32 matrix is never resident (peak = codes + one page)."""
-        _, present = self.store.vector_ids(self.embed_model, self.embed_dim)
+        """A big library with no usable sidecar: fit on a sample, then encode page by page
+        straight into a new sidecar epoch (or in-memory codes without one), so the float32
+        matrix is never resident (peak = codes + one page)."""
+        counters, present = self.store.vector_ids(self.embed_model, self.embed_dim)
         if len(present) < self.quantise_above:
             return False
         pick = np.random.default_rng(0).choice(present, min(FIT_SAMPLE_ROWS, len(present)), replace=False)
         _, sample = self.store.vectors_by_ids(pick.tolist())
         quantiser = Quantiser.fit(sample)
-        codes = CodeIndex(quantiser, self.embed_dim)
-        counters = self.store.counters()
-        pages = self.store.vector_pages(self.embed_model, self.embed_dim, page_rows=BLOCK_ROWS // 4)
-        for page_counters, ids, rows in pages:
-            counters = page_counters  # the read snapshot's, not the one before it
-            codes.append(ids, *quantiser.encode(rows))
-        self._install_codes(codes, counters, how="built from the database")
+        seen = [counters]
+
+        def pages():
+            for page_counters, ids, rows in self.store.vector_pages(
+                self.embed_model, self.embed_dim, page_rows=BLOCK_ROWS // 4
+            ):
+                seen.append(page_counters)  # the read snapshot's, not the one before it
+                yield (ids, *quantiser.encode(rows), rows)
+
+        self._install_pages(quantiser, pages, seen, how="built from the database")
         return True
+
+    def _install_pages(self, quantiser: Quantiser, pages, seen: list[tuple[int, int]], *, how: str) -> None:
+        """Codes of ``pages()`` (an iterator of (ids, bits, codes, rows)): written to a new
+        sidecar epoch and mapped back, or kept in memory (codes only) when there is no
+        sidecar or it cannot be written."""
+        codes: CodeIndex | None = None
+        self._meta = None
+        if self.sidecar is not None:
+            def base() -> dict:  # stamped with the counters the rows were read at
+                self._generation, self._deletions = seen[-1]
+                return self._base_meta()
+            try:
+                meta = self.sidecar.write(quantiser, pages(), base)
+                codes = self.sidecar.read(meta)
+                self._meta = meta if codes is not None else None
+            except OSError:  # read-only directory, full disk: serve from memory
+                codes = None
+        if codes is None:
+            codes = CodeIndex(quantiser, self.embed_dim)
+            for ids, bits, c8, _ in pages():
+                codes.append(ids, bits, c8)
+        self._codes = codes
+        self._snapshot = (np.zeros(0, dtype=np.int64), np.zeros((0, self.embed_dim), dtype=np.float32))
+        self._spare = self._snapshot
+        self._generation, self._deletions = seen[-1]
+        self.last_load = {"path": "quantised", "how": how, "rows": len(codes)}
 
     def _grow(self, new_ids: np.ndarray, new_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows appended into spare capacity and published as views: an addition costs
@@ -502,18 +703,13 @@ class VectorIndex:
         if len(ids) < self.quantise_above:
             return
         quantiser = Quantiser.fit(_sample(matrix))
-        codes = CodeIndex(quantiser, self.embed_dim)
-        for a in range(0, len(ids), BLOCK_ROWS):
-            codes.append(ids[a : a + BLOCK_ROWS], *quantiser.encode(matrix[a : a + BLOCK_ROWS]))
-        self._install_codes(codes, counters, how="quantised from the exact matrix")
 
-    def _install_codes(self, codes: CodeIndex, counters: tuple[int, int], *, how: str) -> None:
-        self._codes = codes
-        self._snapshot = (np.zeros(0, dtype=np.int64), np.zeros((0, self.embed_dim), dtype=np.float32))
-        self._spare = self._snapshot
-        self._generation, self._deletions = counters
-        self._persist_all()
-        self.last_load = {"path": "quantised", "how": how, "rows": len(codes)}
+        def pages():
+            for a in range(0, len(ids), BLOCK_ROWS):
+                rows = matrix[a : a + BLOCK_ROWS]
+                yield (ids[a : a + BLOCK_ROWS], *quantiser.encode(rows), rows)
+
+        self._install_pages(quantiser, pages, [counters], how="quantised from the exact matrix")
 
     def _base_meta(self) -> dict:
         return {"format": SIDECAR_FORMAT, "library": self.store.library_token(),
@@ -521,15 +717,43 @@ class VectorIndex:
                 "generation": self._generation, "deletions": self._deletions}
 
     def _persist_all(self) -> None:
-        if self.sidecar is None or self._codes is None:
+        """Rewrite the sidecar with every live row (dropping tombstones) and map it back, so
+        rows held in memory since the load move to the mapped files."""
+        codes = self._codes
+        if self.sidecar is None or codes is None:
             return
+
+        def pages():
+            for b in codes.blocks:
+                for a in range(0, b.n, BLOCK_ROWS // 4):
+                    z = min(b.n, a + BLOCK_ROWS // 4)
+                    keep = np.flatnonzero(b.alive[a:z]) + a
+                    if not len(keep):
+                        continue
+                    ids = b.ids[keep]
+                    if b.vecs is not None:
+                        rows = b.vecs[keep]
+                    else:
+                        got, rows = self.store.vectors_by_ids(ids.tolist())
+                        if len(got) != len(ids):  # deleted meanwhile: the next catch-up sees it
+                            keep = keep[np.isin(ids, got)]
+                            ids = b.ids[keep]
+                    bits = np.ascontiguousarray(b.bits_t[:, keep].T)
+                    yield ids, bits, b.codes[keep], rows
+
         try:
-            self._meta = self.sidecar.write_all(self._codes, self._base_meta())
+            meta = self.sidecar.write(codes.q, pages(), self._base_meta())
+            mapped = self.sidecar.read(meta)
         except OSError:  # read-only directory, full disk: serve from memory, rebuild next start
             self._meta = None
+            return
+        if mapped is not None:
+            self._codes, self._meta = mapped, meta
 
     def _open_sidecar(self) -> bool:
-        """Start from the sidecar if it belongs to this database and agrees with it."""
+        """Start from the sidecar if it belongs to this database and agrees with it: library
+        token, counters and row count; a few rows' codes re-encoded from the sidecar's float32
+        must give the very codes on disk, and a few float32 rows must equal the database's."""
         if self.sidecar is None:
             return False
         meta = self.sidecar.meta()
@@ -543,6 +767,11 @@ class VectorIndex:
         self._snapshot = (np.zeros(0, dtype=np.int64), np.zeros((0, self.embed_dim), dtype=np.float32))
         self._generation, self._deletions = int(meta["generation"]), int(meta["deletions"])
         self._catch_up_codes()
+        current = self._generation >= 0 and self.store.counters() == (self._generation, self._deletions)
+        if current and len(self._codes) != self.store.chunk_count(self.embed_model, self.embed_dim):
+            self._codes = self._meta = None  # rows the counters cannot explain: rebuild
+            self._generation = self._deletions = -1
+            return False
         self.last_load = {**self.last_load, "path": "quantised", "how": "sidecar" + (
             "" if self.last_load.get("how") is None else f" + {self.last_load['how']}")}
         return True
@@ -553,27 +782,38 @@ class VectorIndex:
             and meta.get("library") == self.store.library_token() != 0
             and meta.get("model") == self.embed_model
             and meta.get("dim") == self.embed_dim
+            and meta.get("block_rows") == BLOCK_ROWS
             and int(meta.get("generation", 1 << 62)) <= counters[0]
             and int(meta.get("deletions", 1 << 62)) <= counters[1]
         )
 
     def _spot_check(self, codes: CodeIndex, meta: dict, counters: tuple[int, int]) -> bool:
-        """A few live rows re-encoded from the database must give the very codes on disk."""
+        """Rows sampled from the sidecar files are self-consistent (float32 -> the very bits
+        and int8 codes on disk), and a handful equal the database's (``SPOT_CHECK_ROWS``
+        primary-key reads: the one check that the float32 file is this library's)."""
+        rng = np.random.default_rng()
+        for b in codes.blocks:
+            live = np.flatnonzero(b.alive[: b.n])
+            if not len(live):
+                continue
+            if b.vecs is None:
+                return False
+            local = np.unique(np.concatenate([live[[0, -1]], rng.choice(live, min(SELF_CHECK_ROWS, len(live)))]))
+            bits, c8 = codes.q.encode(b.vecs[local])
+            if not (np.array_equal(c8, b.codes[local]) and np.array_equal(bits, b.bits_t[:, local].T)):
+                return False
         alive = codes.alive_ids()
         if not len(alive):
             return True
-        rng = np.random.default_rng()
         pick = np.unique(np.concatenate([alive[[0, -1]], rng.choice(alive, min(SPOT_CHECK_ROWS, len(alive)))]))
         ids, rows = self.store.vectors_by_ids(pick.tolist())
         if len(ids) < len(pick) and int(meta["deletions"]) == counters[1]:
             return False  # rows vanished though nothing was deleted: not this library's codes
-        if not len(ids):
-            return True
-        bits, want = codes.q.encode(rows)
-        all_ids = codes.all_ids()
-        pos = np.searchsorted(all_ids, ids)
-        got = np.concatenate([b.codes[: b.n] for b in codes.blocks])[pos] if len(codes.blocks) > 1 else codes.blocks[0].codes[pos]
-        return bool(np.array_equal(got, want))
+        for b in codes.blocks:
+            found, local = b.locate(ids)
+            if len(local) and not np.array_equal(b.vecs[local], rows[found]):  # type: ignore[index]
+                return False
+        return True
 
     def _catch_up_codes(self) -> None:
         """Bring the codes to the store's state: tombstone deleted rows, append new ones."""
@@ -584,58 +824,38 @@ class VectorIndex:
         how = []
         if counters[1] != self._deletions:
             counters, present = self.store.vector_ids(self.embed_model, self.embed_dim)
-            before = set(codes.alive_ids().tolist()) if codes.rows < 200_000 else None
-            gone = codes.keep_only(present)
-            if gone:
-                dead = sorted(before - set(codes.alive_ids().tolist())) if before is not None else \
-                    np.setdiff1d(codes.all_ids(), present).tolist()
-            how.append(f"{gone} deleted")
+            dead = codes.keep_only(present)
+            how.append(f"{len(dead)} deleted")
         checked = counters[1]
-        new_ids, new_bits, new_codes = [], [], []
+        new: list[tuple[np.ndarray, ...]] = []
         last = codes.last_id
         for page_counters, ids, rows in self.store.vector_pages(self.embed_model, self.embed_dim, after_id=last):
             counters = page_counters
             bits, c8 = codes.q.encode(rows)
             codes.append(ids, bits, c8)
-            new_ids.append(ids)
-            new_bits.append(bits)
-            new_codes.append(c8)
-        added = sum(len(i) for i in new_ids)
-        how.append(f"{added} added")
+            new.append((ids, bits, c8, rows))
+        how.append(f"{sum(len(p[0]) for p in new)} added")
         self._generation, self._deletions = counters
         if counters[1] != checked:  # a delete raced this catch-up: check again next query
             self._generation, self._deletions = -1, checked
         self.last_load = {"path": "quantised", "how": ", ".join(how), "rows": len(codes)}
-        self._persist_increment(new_ids, new_bits, new_codes, dead)
+        self._persist_increment(new, dead)
 
-    def _persist_increment(self, new_ids, new_bits, new_codes, dead: list[int]) -> None:
+    def _persist_increment(self, new: list[tuple[np.ndarray, ...]], dead: list[int]) -> None:
         if self.sidecar is None or self._codes is None:
             return
         codes = self._codes
         if self._meta is None or codes.dead > COMPACT_DEAD_FRACTION * max(codes.rows, 1):
-            if codes.dead > COMPACT_DEAD_FRACTION * max(codes.rows, 1):
-                self._compact()
-            self._persist_all()
+            self._persist_all()  # a fresh epoch of the live rows (compaction)
             return
         words, dim = codes.q.words, self.embed_dim
-        ids = np.concatenate(new_ids) if new_ids else np.zeros(0, np.int64)
-        bits = np.concatenate(new_bits) if new_bits else np.zeros((0, words), np.uint64)
-        c8 = np.concatenate(new_codes) if new_codes else np.zeros((0, dim), np.int8)
+        empty = (np.zeros(0, np.int64), np.zeros((0, words), np.uint64),
+                 np.zeros((0, dim), np.int8), np.zeros((0, dim), np.float32))
+        ids, bits, c8, rows = (np.concatenate([empty[i], *(page[i] for page in new)]) for i in range(4))
         try:
-            self._meta = self.sidecar.append(self._meta, ids, bits, c8, self._base_meta(), dead)
+            self._meta = self.sidecar.append(self._meta, ids, bits, c8, rows, self._base_meta(), dead)
         except OSError:
             self._meta = None
-
-    def _compact(self) -> None:
-        """Drop tombstoned rows (one copy of the codes; deletions are rare, additions never do)."""
-        old = self._codes
-        assert old is not None
-        ids, bits, c8 = old.export()
-        keep = np.isin(ids, old.alive_ids(), assume_unique=True)
-        fresh = CodeIndex(old.q, self.embed_dim)
-        if keep.any():
-            fresh.blocks.append(_Block.full(ids[keep], bits[keep], c8[keep]))
-        self._codes = fresh
 
     def refresh(self) -> None:
         """Drop everything in memory and load again (from the sidecar when it is current)."""
@@ -671,7 +891,7 @@ class VectorIndex:
                 return Scored(ids, np.zeros(0, dtype=np.float32))
             return Scored(ids, matrix @ q)
         approx = codes.approx_scores(q)
-        exact = self._exact(q, codes.candidates(q, RESCORE_MIN)[0])
+        exact = codes.exact(q, codes.candidates(q, RESCORE_MIN)[0], self.store.vectors_by_ids)
         pos = np.searchsorted(approx.chunk_ids, exact.chunk_ids)
         approx.scores[pos] = exact.scores
         return approx
@@ -686,7 +906,7 @@ class VectorIndex:
             return top_k(self.score_all(query_vector), k=k, threshold=threshold)
         q = np.asarray(query_vector, dtype=np.float32)
         cand, _ = codes.candidates(q, max(RESCORE_MIN, RESCORE_FACTOR * k))
-        return top_k(self._exact(q, cand), k=k, threshold=threshold)
+        return top_k(codes.exact(q, cand, self.store.vectors_by_ids), k=k, threshold=threshold)
 
     def cosine(self, query_vector: np.ndarray, chunk_ids: list[int]) -> list[float | None]:
         """Exact cosine of each chunk id (None if it is not indexed by this embedder)."""
@@ -694,22 +914,64 @@ class VectorIndex:
             return []
         ids, matrix = self._current()
         q = np.asarray(query_vector, dtype=np.float32)
-        if self._codes is None:
+        codes = self._codes
+        if codes is None:
             wanted = np.asarray(chunk_ids, dtype=np.int64)
             pos = np.clip(np.searchsorted(ids, wanted), 0, max(len(ids) - 1, 0))
             hit = np.unique(pos[ids[pos] == wanted]) if len(ids) else pos[:0]
             scored = Scored(ids[hit], matrix[hit] @ q)
         else:
-            wanted = np.asarray(chunk_ids, dtype=np.int64)
-            scored = self._exact(q, wanted[self._codes.contains(wanted)])
+            scored = codes.exact(q, np.asarray(chunk_ids, dtype=np.int64), self.store.vectors_by_ids)
         return _lookup(scored, chunk_ids)
 
-    def _exact(self, q: np.ndarray, chunk_ids: np.ndarray) -> Scored:
-        """Exact float32 cosines of a few candidates, read from the store (ascending ids)."""
-        ids, rows = self.store.vectors_by_ids(chunk_ids.tolist())
-        if not len(ids):
-            return Scored(ids, np.zeros(0, np.float32))
-        return Scored(ids, rows @ q)
+
+class ServerIndex:
+    """Dense ranking done by the database (PostgreSQL + pgvector): ``search`` is one
+    ``ORDER BY embedding <=> q LIMIT k`` over the embedder's HNSW index, scoped to documents in
+    the same query; cosines of given chunks are computed there too. Nothing is resident, so
+    every app process sharing the library starts at once and sees every write immediately."""
+
+    quantised = False
+    nbytes = 0
+
+    def __init__(self, store: DatabaseRanking, embed_model: str, embed_dim: int):
+        self.store = store
+        self.embed_model = embed_model
+        self.embed_dim = embed_dim
+        self.last_load: dict = {"path": "database", "how": "HNSW in the database", "rows": None}
+
+    def __len__(self) -> int:
+        return self.store.chunk_count(self.embed_model, self.embed_dim)
+
+    def search(
+        self, query_vector: np.ndarray, *, k: int = DEFAULT_TOP_K, threshold: float | None = None,
+        documents: list[str] | None = None,
+    ) -> Scored:
+        """The best ``k`` chunks (of ``documents`` only, if given) at or above ``threshold``."""
+        pairs = self.store.nearest(self.embed_model, self.embed_dim, query_vector, k=k, documents=documents)
+        scored = Scored(np.asarray([c for c, _ in pairs], np.int64), np.asarray([v for _, v in pairs], np.float32))
+        return top_k(scored, k=k, threshold=threshold)  # ties in the stable order VectorIndex uses
+
+    def cosine(self, query_vector: np.ndarray, chunk_ids: list[int]) -> list[float | None]:
+        if not chunk_ids:
+            return []
+        ids, scores = self.store.cosines(self.embed_model, self.embed_dim, query_vector, chunk_ids)
+        return _lookup(Scored(ids, scores), chunk_ids)
+
+    def score_all(self, query_vector: np.ndarray) -> Scored:
+        """Every chunk's exact cosine (ascending ids), for the Inspector's full table."""
+        ids, scores = self.store.cosines(self.embed_model, self.embed_dim, query_vector)
+        return Scored(ids, scores)
+
+    def refresh(self) -> None:
+        """Nothing to reload: the database is read at every query."""
+
+
+def dense_index(store: LibraryStore, embed_model: str, embed_dim: int) -> VectorIndex | ServerIndex:
+    """The database's own ranking when it has one (PostgreSQL), else the in-process index."""
+    if isinstance(store, DatabaseRanking):
+        return ServerIndex(store, embed_model, embed_dim)
+    return VectorIndex(store, embed_model, embed_dim)
 
 
 def _sample(matrix: np.ndarray) -> np.ndarray:

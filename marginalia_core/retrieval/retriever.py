@@ -19,7 +19,7 @@ from marginalia_core.config import Settings
 from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.retrieval import lexical
-from marginalia_core.retrieval.ranking import Scored, VectorIndex, top_k
+from marginalia_core.retrieval.ranking import Scored, ServerIndex, VectorIndex, dense_index, top_k
 from marginalia_core.store.base import LibraryStore
 
 EXCERPT_CHARS = 280
@@ -178,18 +178,19 @@ class Retriever:
         self.store = store
         self.embedder = embedder
         self.settings = settings
-        self._index: VectorIndex | None = None
+        self._index: VectorIndex | ServerIndex | None = None
         self._index_lock = threading.Lock()
         self._seeded = False
 
     @property
-    def index(self) -> VectorIndex:
+    def index(self) -> VectorIndex | ServerIndex:
         """Built on first use: a remote embedder may only learn its dimension from the server,
-        and a failure there belongs to the search (an error event), not to start-up."""
+        and a failure there belongs to the search (an error event), not to start-up. On
+        PostgreSQL the database ranks (HNSW); on SQLite the vectors are ranked in process."""
         if self._index is None:
             with self._index_lock:
                 if self._index is None:
-                    self._index = VectorIndex(self.store, self.embedder.model, self._dimension())
+                    self._index = dense_index(self.store, self.embedder.model, self._dimension())
         return self._index
 
     def _dimension(self) -> int:
@@ -259,8 +260,12 @@ class Retriever:
         limit = max(lexical.CANDIDATES, int(limit or 0))
         vector = self.embedder.embed_query(query)
         allowed: list[int] | None = None
+        index = self.index
         if documents is None:
-            top = self.index.search(vector, k=limit)
+            top = index.search(vector, k=limit)
+        elif isinstance(index, ServerIndex):  # the scope goes into the database's query
+            allowed = self.store.chunk_ids_of_documents(list(documents))
+            top = index.search(vector, k=limit, documents=list(documents))
         else:  # a conversation's documents: exact cosines of just their chunks
             allowed = self.store.chunk_ids_of_documents(list(documents))
             pairs = [(c, v) for c, v in zip(allowed, self.index.cosine(vector, allowed))

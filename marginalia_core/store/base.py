@@ -126,6 +126,8 @@ class LibraryStore(LexicalSource, Protocol):
 
     def vectors_by_ids(self, chunk_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]: ...
 
+    def chunk_count(self, embed_model: str, embed_dim: int) -> int: ...
+
     def vector_ids(self, embed_model: str, embed_dim: int) -> tuple[tuple[int, int], np.ndarray]: ...
 
     def vector_pages(
@@ -180,6 +182,25 @@ class LibraryStore(LexicalSource, Protocol):
     ) -> tuple[dict[str, Any], dict[str, Any]]: ...
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class DatabaseRanking(Protocol):
+    """A store that ranks vectors itself (PostgreSQL + pgvector's HNSW): the retriever asks it
+    for the top k instead of holding the vectors in the process."""
+
+    def nearest(
+        self, embed_model: str, embed_dim: int, query_vector: np.ndarray, *, k: int = 10,
+        exact: bool = False, ef_search: int | None = None,
+        documents: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]: ...
+
+    def cosines(
+        self, embed_model: str, embed_dim: int, query_vector: np.ndarray,
+        chunk_ids: Sequence[int] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def chunk_count(self, embed_model: str, embed_dim: int) -> int: ...
 
 
 def is_postgres_url(url: str | None) -> bool:

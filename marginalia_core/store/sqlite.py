@@ -465,6 +465,15 @@ class Store:
         rows = np.frombuffer(b"".join(blobs), VECTOR_DTYPE).reshape(len(blobs), -1)
         return ids, rows.astype(np.float32, copy=False)
 
+    def chunk_count(self, embed_model: str, embed_dim: int) -> int:
+        """Chunks of this embedder, from the documents' counts (no scan of the chunks): what a
+        memory-mapped index checks its row count against at load."""
+        row = self.conn.execute(
+            "SELECT COALESCE(SUM(chunk_count), 0) FROM documents WHERE embed_model = ? AND embed_dim = ?",
+            (embed_model, embed_dim),
+        ).fetchone()
+        return int(row[0])
+
     def library_token(self) -> int:
         """A random number fixed when the database was created (m012): a sidecar index file
         written for another database at the same path is never trusted."""
