@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-from pdf_maker import text_pdf
 
 from marginalia_core.config import Settings
 from marginalia_core.ingest.pipeline import ingest_bytes
 from marginalia_core.store.sqlite import Store
+
+_pdf_maker = C.test_helper("pdf_maker")  # the tests' PDF writer, loaded by file path
+text_pdf = _pdf_maker.text_pdf
 
 PAGE_CHARS = 2400
 LINE_CHARS = 95
@@ -169,9 +171,7 @@ def peak_rss(pages_list: list[int], tmp: Path) -> dict[str, Any]:
 
 
 def C_book_pages(pages: int) -> list[str]:
-    from pdf_maker import book_pages
-
-    return book_pages(pages, lines=8)
+    return _pdf_maker.book_pages(pages, lines=8)
 
 
 def main() -> int:

@@ -41,8 +41,8 @@ from marginalia_core.retrieval.retriever import Retriever
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet, read_jsonl
 from marginalia_core.store.sqlite import Store
 
-_pdfmaker = test_helper("pdfmaker")  # the tests' PDF writer, loaded by file path
-lines_page, text_pdf = _pdfmaker.lines_page, _pdfmaker.text_pdf
+_pdf_maker = test_helper("pdf_maker")  # the tests' PDF writer, loaded by file path
+lines_page, text_pdf = _pdf_maker.lines_page, _pdf_maker.text_pdf
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 CACHE = BENCH / ".cache"

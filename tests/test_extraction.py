@@ -409,7 +409,7 @@ PROOF_STAMPS = ("4TH PASS PAGES", "FRUITS OF THE VALLEY", "Chapter Two", ".qxd",
 def _proof_pdf() -> bytes:
     """Six pages printed as layout proofs: stamp, alternating running heads, body, an ornament
     row, page number, a .qxd stamp and margin line numbers drawn last."""
-    from pdfmaker import lines_page, text_pdf
+    from pdf_maker import lines_page, text_pdf
 
     pages = []
     for n, body in enumerate(BODY, start=1):
