@@ -182,7 +182,9 @@ def main() -> int:
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(","))) - {"batch"}
     pages = args.pages or (60 if args.quick else FULL_PAGES)
-    run = "quick" if args.quick else ("custom" if skip or pages != FULL_PAGES else "full")
+    run = "quick" if args.quick else "full"
+    if not args.quick and (skip or pages != FULL_PAGES):  # a partial run keeps the full one
+        run = "custom-" + "-".join([f"{pages}p", *(f"no-{s}" for s in sorted(skip))])
     tmp = Path(tempfile.mkdtemp(prefix="bench-book-"))
     from marginalia_core.providers.embeddings.local import LocalEmbedder
 
