@@ -105,11 +105,13 @@ def main() -> int:
         "relative_to_fastest": {s: round(m / medians[best], 3) for s, m in medians.items()},
         "project_batch_size": BATCH_SIZE,
     }
-    if not args.no_rss:
-        res["peak_rss"] = peak_rss(texts, BATCH_SIZES)
     res["command"] = "PYTHONPATH=. python benchmarks/" + " ".join(
         [os.path.basename(sys.argv[0]), *sys.argv[1:]])
-    path = C.write_result("embed_batch", "quick" if args.quick else "full", res)
+    run = "quick" if args.quick else f"{len(texts)}x{n}"
+    path = C.write_result("embed_batch", run, res)  # the timings are kept even if RSS fails
+    if not args.no_rss:
+        res["peak_rss"] = peak_rss(texts, BATCH_SIZES)
+        path = C.write_result("embed_batch", run, res)
     print(json.dumps({"written": str(path.relative_to(C.REPO)), "medians": medians}))
     return 0
 
