@@ -1,9 +1,11 @@
 """Book-sized ingestion: pages/s for a 352-page book with reading and embedding overlapped
-against the sequential pipeline (MARGINALIA_EMBED_WHILE_READING off) in the same run,
-alternating; the local embedder's batch size; and peak RSS on a 1,000-page PDF.
+against the sequential pipeline (MARGINALIA_EMBED_WHILE_READING off) in the same run, in ABBA
+blocks (sequential, overlapped, overlapped, sequential) so a load that drifts during the run
+weighs on both modes alike; and peak RSS on a 1,000-page PDF. (Batch size: embed_batch.py.)
 
-    python benchmarks/bench_ingest_book.py            # full
-    python benchmarks/bench_ingest_book.py --quick    # 60 pages, 200-page RSS (smoke)
+    PYTHONPATH=. python benchmarks/bench_ingest_book.py                        # full
+    PYTHONPATH=. python benchmarks/bench_ingest_book.py --skip rss --pages 60  # a few minutes
+    PYTHONPATH=. python benchmarks/bench_ingest_book.py --quick    # 60 pages, 200-page RSS
 
 The book is written once to benchmarks/.cache with tests/pdf_maker.py from SQuAD article text
 (every page different, ~2,400 characters: the 352-page / 687-passage class of the issue),
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,15 +30,17 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-from pdf_maker import text_pdf
 
 from marginalia_core.config import Settings
 from marginalia_core.ingest.pipeline import ingest_bytes
 from marginalia_core.store.sqlite import Store
 
+_pdf_maker = C.test_helper("pdf_maker")  # the tests' PDF writer, loaded by file path
+text_pdf = _pdf_maker.text_pdf
+
 PAGE_CHARS = 2400
 LINE_CHARS = 95
-BATCH_SIZES = (4, 8, 16, 32)
+FULL_PAGES = 352  # the issue's book: 352 pages, ~690 passages
 
 
 def book(pages: int) -> bytes:
@@ -79,47 +84,40 @@ def ingest_once(data: bytes, emb: Any, tmp: Path, *, overlap: bool, tag: str) ->
             "pages_per_s": round(doc["page_count"] / seconds, 2)}
 
 
-def bench_book(pages: int, reps: int, emb: Any, tmp: Path) -> dict[str, Any]:
+# One block of runs: sequential, overlapped, overlapped, sequential. Against a load that rises
+# or falls steadily both modes then see the same average load, which alternating AB does not.
+ABBA = ("sequential", "overlapped", "overlapped", "sequential")
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+def bench_book(pages: int, blocks: int, emb: Any, tmp: Path) -> dict[str, Any]:
+    """``blocks`` ABBA blocks of the book ingested with reading and embedding overlapped and
+    sequentially; pages/s per mode (median over runs) and the overlapped/sequential speed ratio
+    per block (each block's runs saw the same load on average), with its median."""
     data = book(pages)
     runs: dict[str, list[dict[str, Any]]] = {"sequential": [], "overlapped": []}
+    ratios: list[float] = []
     load = [round(os.getloadavg()[0], 2)]
-    for rep in range(reps):  # alternate, so a load swing hits both
-        for mode in ("sequential", "overlapped"):
-            runs[mode].append(ingest_once(data, emb, tmp, overlap=mode == "overlapped",
-                                          tag=f"{mode}-{rep}"))
-            C.log(f"[book] {mode} {runs[mode][-1]}")
+    for block in range(blocks):
+        seconds = {"sequential": 0.0, "overlapped": 0.0}
+        for i, mode in enumerate(ABBA):
+            run = ingest_once(data, emb, tmp, overlap=mode == "overlapped",
+                              tag=f"{mode}-{block}-{i}")
+            run["loadavg_1min"] = round(os.getloadavg()[0], 2)
+            runs[mode].append(run)
+            seconds[mode] += run["seconds"]
+            C.log(f"[book] block {block + 1}/{blocks} {mode} {run}")
+        ratios.append(round(seconds["sequential"] / seconds["overlapped"], 3))
     load.append(round(os.getloadavg()[0], 2))
-
-    def median(mode: str, key: str) -> float:
-        values = sorted(r[key] for r in runs[mode])
-        return values[len(values) // 2]
-
-    before, after = median("sequential", "pages_per_s"), median("overlapped", "pages_per_s")
-    return {"pages": pages, "passages": runs["overlapped"][0]["passages"], "reps": reps,
+    rates = {mode: _median([r["pages_per_s"] for r in rs]) for mode, rs in runs.items()}
+    return {"pages": pages, "passages": runs["overlapped"][0]["passages"], "blocks": blocks,
+            "order": "ABBA per block: " + ", ".join(ABBA),
             "loadavg_1min_before_after": load, "runs": runs,
-            "pages_per_s": {"sequential": before, "overlapped": after},
-            "speedup": round(after / before, 3)}
-
-
-def bench_batch(emb: Any, count: int) -> dict[str, Any]:
-    from bench_ingest import squad_passages
-
-    passages = squad_passages(count, size=1300)
-    emb.embed_documents(passages[:8])
-    out: dict[str, Any] = {"passages": len(passages), "mean_chars": round(
-        sum(map(len, passages)) / len(passages)), "passages_per_s": {}}
-    original = emb.batch_size
-    try:
-        for size in BATCH_SIZES * 2:  # two alternating rounds; the better of the two
-            emb.batch_size = size
-            t0 = time.perf_counter()
-            emb.embed_documents(passages)
-            rate = round(len(passages) / (time.perf_counter() - t0), 2)
-            out["passages_per_s"][str(size)] = max(rate, out["passages_per_s"].get(str(size), 0))
-    finally:
-        emb.batch_size = original
-    out["project_batch_size"] = original
-    return out
+            "pages_per_s": rates, "speedup_per_block": ratios,
+            "speedup": _median(ratios)}
 
 
 RSS_CHILD = """
@@ -169,31 +167,32 @@ def peak_rss(pages_list: list[int], tmp: Path) -> dict[str, Any]:
 
 
 def C_book_pages(pages: int) -> list[str]:
-    from pdf_maker import book_pages
-
-    return book_pages(pages, lines=8)
+    return _pdf_maker.book_pages(pages, lines=8)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip", default="", help="comma-separated: book,batch,rss")
-    ap.add_argument("--reps", type=int, default=2, help="alternating runs of each book mode")
+    ap.add_argument("--skip", default="", help="comma-separated: book,rss (batch is accepted; "
+                    "the batch-size benchmark is benchmarks/embed_batch.py)")
+    ap.add_argument("--reps", type=int, default=1,
+                    help="ABBA blocks of the book (each: 2 runs per mode)")
+    ap.add_argument("--pages", type=int, default=None,
+                    help=f"book length (default {FULL_PAGES}; --quick 60)")
     args = ap.parse_args()
-    skip = set(filter(None, args.skip.split(",")))
-    run = "quick" if args.quick else ("custom" if skip else "full")
+    skip = set(filter(None, args.skip.split(","))) - {"batch"}
+    pages = args.pages or (60 if args.quick else FULL_PAGES)
+    run = "quick" if args.quick else "full"
+    if not args.quick and (skip or pages != FULL_PAGES):  # a partial run keeps the full one
+        run = "custom-" + "-".join([f"{pages}p", *(f"no-{s}" for s in sorted(skip))])
     tmp = Path(tempfile.mkdtemp(prefix="bench-book-"))
     from marginalia_core.providers.embeddings.local import LocalEmbedder
 
     emb = LocalEmbedder()
     res: dict[str, Any] = {}
     t0 = time.perf_counter()
-    if "batch" not in skip:
-        res["batch_size"] = bench_batch(emb, 48 if args.quick else 96)
-        C.log(f"[batch] {res['batch_size']['passages_per_s']}")
     if "book" not in skip:
-        res["book"] = bench_book(60 if args.quick else 352, 1 if args.quick else args.reps, emb,
-                                 tmp)
+        res["book"] = bench_book(pages, args.reps, emb, tmp)
         C.log(f"[book] {res['book']['pages_per_s']} speedup {res['book']['speedup']}")
     if "rss" not in skip:
         res["peak_rss"] = peak_rss([100, 200] if args.quick else [100, 1000], tmp)

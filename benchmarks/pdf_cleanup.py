@@ -1,4 +1,5 @@
-"""PDF page cleanup (marginalia_core/ingest/cleanup.py), before/after in one run.
+"""PDF page cleanup (ingest/cleanup.py) and word gaps (ingest/word_gaps.py), before/after in
+one run.
 
 1. A book we make: SQuAD v1.1 dev articles laid out as a PDF (Helvetica, 38 lines a page) with
    what layout tools leave on real proofs: alternating running heads, a "4TH PASS PAGES" stamp,
@@ -10,8 +11,9 @@
 2. ../shared/eval/pdfs: characters the cleanup removes per document (with samples of the
    removed lines, to read), and retrieval on benchmarks/questions/pdfs_pages.jsonl.
 
-Both libraries are extracted twice, with ``extraction.CLEAN_PAGES`` off (before) and on
-(after), chunked and embedded by the offline embedder (vectors cached by text), and evaluated
+Both libraries are extracted three times: neither repair (before), ``extraction.CLEAN_PAGES``
+only (cleanup only), and that plus ``extraction.REJOIN_WORDS`` (after; the spaces it adds are
+listed per document with samples, to read), chunked and embedded by the offline embedder (vectors cached by text), and evaluated
 by the app's own evaluator (hybrid, top 6, no threshold).
 
     python benchmarks/pdf_cleanup.py          # writes results/pdf_cleanup.json and .md
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import json
 import re
 import sys
@@ -41,8 +44,8 @@ from marginalia_core.retrieval.retriever import Retriever
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet, read_jsonl
 from marginalia_core.store.sqlite import Store
 
-_pdfmaker = test_helper("pdfmaker")  # the tests' PDF writer, loaded by file path
-lines_page, text_pdf = _pdfmaker.lines_page, _pdfmaker.text_pdf
+_pdf_maker = test_helper("pdf_maker")  # the tests' PDF writer, loaded by file path
+lines_page, text_pdf = _pdf_maker.lines_page, _pdf_maker.text_pdf
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 CACHE = BENCH / ".cache"
@@ -143,12 +146,21 @@ def make_book() -> tuple[bytes, list[Question], list[str]]:
 # --------------------------------------------------------------------------- measuring
 
 
-def _extract(name: str, data: bytes, clean: bool, password: str | None = None):
-    extraction.CLEAN_PAGES = clean
+# (cleanup of printing leftovers, word gaps from the page geometry) per measured variant
+VARIANTS = {"before": (False, False), "cleanup only": (True, False), "after": (True, True)}
+
+
+def _switch(clean: bool, rejoin: bool = True) -> None:
+    extraction.CLEAN_PAGES, extraction.REJOIN_WORDS = clean, rejoin
+
+
+def _extract(name: str, data: bytes, clean: bool, password: str | None = None,
+             rejoin: bool = True):
+    _switch(clean, rejoin)
     try:
         return extract(name, data, password=password)
     finally:
-        extraction.CLEAN_PAGES = True
+        _switch(True)
 
 
 _LINE_NUMBER = re.compile(r"(?:^|\n)(?:\d{1,2}\n){3,}")
@@ -168,17 +180,17 @@ def boilerplate_share(chunks: list[str], boiler: list[str]) -> float:
 
 
 def _library(path: Path, emb: CachedEmbedder, docs: list[tuple[str, bytes, str | None]],
-             clean: bool) -> Store:
+             clean: bool, rejoin: bool = True) -> Store:
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
     store = Store(path)
     settings = Settings(db_path=str(path), ocr=False)
-    extraction.CLEAN_PAGES = clean
+    _switch(clean, rejoin)
     try:
         for name, data, password in docs:
             list(ingest_bytes(store, emb, settings, name, data, password=password))
     finally:
-        extraction.CLEAN_PAGES = True
+        _switch(True)
     return store
 
 
@@ -199,6 +211,16 @@ def _passwords() -> dict[str, str]:
     return out
 
 
+def _respaced(old: str, new: str) -> dict[str, Any]:
+    """Spaces the word-gap repair added, with the first changed stretches (old -> new)."""
+    a, b = old.split(), new.split()
+    sample = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op != "equal" and len(sample) < 6:
+            sample.append(f"{' '.join(a[i1:i2])[:40]} -> {' '.join(b[j1:j2])[:48]}")
+    return {"words_before": len(a), "words_after": len(b), "sample": sample}
+
+
 def run() -> dict[str, Any]:
     emb = CachedEmbedder()
     out: dict[str, Any] = {}
@@ -206,12 +228,12 @@ def run() -> dict[str, Any]:
 
     book, questions, boiler = make_book()
     book_out: dict[str, Any] = {"pages": None, "questions": len(questions)}
-    for label, clean in (("before", False), ("after", True)):
-        got = _extract("book.pdf", book, clean)
+    for label, (clean, rejoin) in VARIANTS.items():
+        got = _extract("book.pdf", book, clean, rejoin=rejoin)
         book_out["pages"] = got.page_count
         chunks = [c.text for c in chunk_text(got.text, page_starts=got.page_starts)]
         store = _library(CACHE / f"cleanup-book-{label}.sqlite", emb,
-                         [("book.pdf", book, None)], clean)
+                         [("book.pdf", book, None)], clean, rejoin)
         book_out[label] = {
             "characters": len(got.text), "chunks": len(chunks),
             "boilerplate_share": boilerplate_share(chunks, boiler),
@@ -224,12 +246,16 @@ def run() -> dict[str, Any]:
     passwords = _passwords()
     docs = [(p.name, p.read_bytes(), passwords.get(p.name)) for p in sorted(PDFS.glob("*.pdf"))]
     removed: dict[str, Any] = {}
+    respaced: dict[str, Any] = {}
     for name, data, password in docs:
         try:
-            raw = _extract(name, data, False, password)
-            kept = _extract(name, data, True, password)
+            raw = _extract(name, data, False, password, rejoin=False)
+            kept = _extract(name, data, True, password, rejoin=False)
+            spaced = _extract(name, data, True, password)
         except Exception:  # refused files (encrypted without password, scans, damaged)
             continue
+        if spaced.text != kept.text:
+            respaced[name] = _respaced(kept.text, spaced.text)
         gone = len(raw.text) - len(kept.text)
         if gone:
             kept_lines = set(kept.text.split("\n"))
@@ -237,10 +263,10 @@ def run() -> dict[str, Any]:
             removed[name] = {"pages": raw.page_count, "characters_before": len(raw.text),
                              "removed": gone, "share": round(gone / len(raw.text), 4),
                              "sample_removed_lines": sample}
-    pdf_out: dict[str, Any] = {"documents_changed": removed}
+    pdf_out: dict[str, Any] = {"documents_changed": removed, "documents_respaced": respaced}
     qset = read_jsonl(PDF_QUESTIONS.read_text(encoding="utf-8"), name="pdf-pages")
-    for label, clean in (("before", False), ("after", True)):
-        store = _library(CACHE / f"cleanup-pdfs-{label}.sqlite", emb, docs, clean)
+    for label, (clean, rejoin) in VARIANTS.items():
+        store = _library(CACHE / f"cleanup-pdfs-{label}.sqlite", emb, docs, clean, rejoin)
         pdf_out[label] = {"retrieval": _retrieval(store, emb, qset),
                           "chunks": int(store.conn.execute("SELECT count(*) FROM chunks")
                                         .fetchone()[0])}
@@ -262,7 +288,7 @@ def markdown(res: dict[str, Any], command: str) -> str:
         + " | ".join(keys) + " |",
         "|---" * (4 + len(keys)) + "|",
     ]
-    for label in ("before", "after"):
+    for label in VARIANTS:
         r = b[label]
         lines.append(f"| {label} | {r['characters']} | {r['chunks']} | "
                      f"{100 * r['boilerplate_share']:.1f} % | "
@@ -270,10 +296,17 @@ def markdown(res: dict[str, Any], command: str) -> str:
     lines += ["", f"## ../shared/eval/pdfs ({p['questions']} questions of "
               "benchmarks/questions/pdfs_pages.jsonl)", "",
               "| | passages | " + " | ".join(keys) + " |", "|---" * (2 + len(keys)) + "|"]
-    for label in ("before", "after"):
+    for label in VARIANTS:
         r = p[label]
         lines.append(f"| {label} | {r['chunks']} | "
                      + " | ".join(f"{r['retrieval'][k]:.4f}" for k in keys) + " |")
+    lines += ["", "Variants: before = neither repair; cleanup only = printing leftovers removed "
+              "(ingest/cleanup.py); after = that plus word gaps from the page geometry "
+              "(ingest/word_gaps.py).", "",
+              "Documents the word-gap repair changed (words before -> after, first changes):", ""]
+    for name, d in p["documents_respaced"].items():
+        sample = "; ".join(f"`{s}`" for s in d["sample"])
+        lines.append(f"- {name}: {d['words_before']} -> {d['words_after']} words — {sample}")
     lines += ["", "Documents the cleanup changed (characters removed, first removed lines):", ""]
     for name, d in p["documents_changed"].items():
         sample = "; ".join(f"`{s[:60]}`" for s in d["sample_removed_lines"])

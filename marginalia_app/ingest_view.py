@@ -18,8 +18,11 @@ from marginalia_core.ingest.jobs import Job, Upload
 from marginalia_core.ingest.pipeline import IngestOutcome, follow
 from marginalia_core.workspace import Workspace
 
-# how often the job indicator and the queue refresh themselves (a fragment rerun, not the page)
+# How often the job indicator and the queue refresh themselves (a fragment rerun, not the page)
+# while a job is queued or running; with none, a slow poll only notices a job another tab or
+# the CLI submitted (an idle app makes no work every 1.5 s for each open tab).
 JOB_POLL_S = 1.5
+JOB_IDLE_POLL_S = 10.0
 
 REFUSAL_TITLES = {
     "unsupported": "not a supported file type",
@@ -185,11 +188,35 @@ def job_title(job: Job) -> str:
     return fmt.escape_inline(job.name, 70)
 
 
-@st.fragment(run_every=JOB_POLL_S)
-def job_indicator(ws: Workspace, documents_page: Any) -> None:
-    """Every page's sidebar: the jobs running in the background, compactly, refreshed in
-    place; interrupted uploads point to the Documents page."""
-    jobs = ws.jobs()
+def poll_interval(jobs: Iterable[Job]) -> float:
+    """Seconds between refreshes of a job view: fast while any job is queued or running."""
+    return JOB_POLL_S if any(j.active for j in jobs) else JOB_IDLE_POLL_S
+
+
+def _polled(view: Any) -> tuple[Any, Any]:
+    """``view(ws, jobs, *args)`` as two fragments, one refreshing every JOB_POLL_S and one
+    every JOB_IDLE_POLL_S. Each reruns the whole app when what it sees no longer matches its
+    rate (a job appeared, or the last one ended), so the next run picks the other."""
+
+    def run(ws: Workspace, *args: Any, busy: bool) -> None:
+        jobs = ws.jobs()
+        view(ws, jobs, *args)
+        if (poll_interval(jobs) == JOB_POLL_S) != busy:
+            st.rerun(scope="app")
+
+    def fast(ws: Workspace, *args: Any) -> None:
+        run(ws, *args, busy=True)
+
+    def idle(ws: Workspace, *args: Any) -> None:
+        run(ws, *args, busy=False)
+
+    # distinct names: Streamlit tells fragments apart by qualified name (and place on the page)
+    fast.__qualname__ = f"{view.__name__}_fast"
+    idle.__qualname__ = f"{view.__name__}_idle"
+    return st.fragment(fast, run_every=JOB_POLL_S), st.fragment(idle, run_every=JOB_IDLE_POLL_S)
+
+
+def _show_indicator(ws: Workspace, jobs: list[Job], documents_page: Any) -> None:
     active = [j for j in jobs if j.active]
     interrupted = [j for j in jobs if j.resumable]
     if not active and not interrupted:
@@ -211,6 +238,16 @@ def job_indicator(ws: Workspace, documents_page: Any) -> None:
         st.page_link(documents_page, label="Open the queue", icon=":material/list:")
 
 
+_indicator_fast, _indicator_idle = _polled(_show_indicator)
+
+
+def job_indicator(ws: Workspace, documents_page: Any) -> None:
+    """Every page's sidebar: the jobs running in the background, compactly, refreshed in
+    place; interrupted uploads point to the Documents page."""
+    busy = poll_interval(ws.jobs()) == JOB_POLL_S
+    (_indicator_fast if busy else _indicator_idle)(ws, documents_page)
+
+
 def _cancel(ws: Workspace, job_id: str) -> None:
     ws.cancel(job_id)
 
@@ -219,12 +256,7 @@ def _resume(ws: Workspace, job_id: str | None) -> None:
     ws.resume(job_id)
 
 
-@st.fragment(run_every=JOB_POLL_S)
-def job_queue(ws: Workspace) -> None:
-    """The Documents page's queue: running and waiting jobs with cancel, interrupted ones with
-    resume or discard. When a job this view saw running ends, the whole page reruns so the
-    library and the results show it."""
-    jobs = ws.jobs()
+def _show_queue(ws: Workspace, jobs: list[Job]) -> None:
     shown = [j for j in jobs if j.active or j.resumable]
     seen = set(st.session_state.get("jobs_seen_active", ()))
     now_active = {j.id for j in jobs if j.active}
@@ -259,3 +291,14 @@ def job_queue(ws: Workspace) -> None:
                     st.button("Cancel", key=f"cancel-{job.id}", icon=":material/cancel:",
                               on_click=_cancel, args=(ws, job.id), width="stretch",
                               disabled=job.cancel_requested)
+
+
+_queue_fast, _queue_idle = _polled(_show_queue)
+
+
+def job_queue(ws: Workspace) -> None:
+    """The Documents page's queue: running and waiting jobs with cancel, interrupted ones with
+    resume or discard. When a job this view saw running ends, the whole page reruns so the
+    library and the results show it."""
+    busy = poll_interval(ws.jobs()) == JOB_POLL_S
+    (_queue_fast if busy else _queue_idle)(ws)

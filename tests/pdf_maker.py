@@ -1,59 +1,100 @@
-"""A tiny text-PDF writer for tests: real PDFs (Helvetica text layer, one content stream per
-page) of any length, made in the test instead of stored, so a "long PDF" costs no repo space."""
+"""The one tiny PDF writer for tests and benchmarks: real PDFs made in the test instead of
+stored, so a "long PDF" costs no repo space and a test can print exactly what it needs.
+
+A page is either a string (body lines, split on newlines, from the top-left margin down) or a
+sequence of :data:`Item` s, each drawn where told, so a test can print the running heads, stamps
+and line numbers a layout tool leaves, or words set apart with no space characters between them
+(the text layer of typeset books, which pypdf reads run together).
+"""
 
 from __future__ import annotations
 
+import io
 import zlib
 from collections.abc import Sequence
 
+# (x, y, font size, text) in PDF points, origin bottom-left of a US Letter page
+Item = tuple[float, float, float, str]
+Page = str | Sequence[Item]
+PAGE_WIDTH, PAGE_HEIGHT = 612, 792
+# A string page's layout: 10 pt lines every 14 pt from (50, 760).
+TEXT_LEFT, TEXT_TOP, TEXT_LEADING, TEXT_SIZE = 50, 760, 14, 10
 LINES_PER_PAGE = 40
-WORDS = ["margin", "gloss", "scribe", "vellum", "folio", "codex", "rubric", "quire", "binding", "ink", "annotation", "reader", "commentary", "manuscript", "page", "letter", "column", "library", "archive", "chapter", "verse", "note", "text"]
+# Standard-14 fonts only (no font file to embed); Courier's glyphs are all 0.6 em wide, so a
+# test can compute where a word ends without a metrics table.
+FONTS = ("Helvetica", "Courier")
+COURIER_ADVANCE_EM = 0.6
+WORDS = ["margin", "gloss", "scribe", "vellum", "folio", "codex", "rubric", "quire", "binding",
+         "ink", "annotation", "reader", "commentary", "manuscript", "page", "letter", "column",
+         "library", "archive", "chapter", "verse", "note", "text"]
 
 
-def _escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+def pdf_string(s: str) -> bytes:
+    raw = s.encode("cp1252", "replace")
+    return b"(" + raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)") + b")"
 
 
-def text_pdf(pages: Sequence[str]) -> bytes:
-    """A PDF whose page ``i`` shows ``pages[i]`` (lines split on newlines)."""
-    objects: list[bytes] = []
+def lines_page(lines: Sequence[str], *, top: float = 725, leading: float = 17,
+               size: float = 10, x: float = 72) -> list[Item]:
+    """Body lines from ``top`` down, one every ``leading`` points (blank lines skip a row)."""
+    return [(x, top - leading * i, size, line) for i, line in enumerate(lines) if line]
 
-    def add(body: bytes) -> int:
-        objects.append(body)
-        return len(objects)
 
-    catalog = add(b"")  # filled in below
-    pages_obj = add(b"")
-    font = add(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+def _items(page: Page) -> Sequence[Item]:
+    if isinstance(page, str):
+        return lines_page(page.split("\n"), top=TEXT_TOP, leading=TEXT_LEADING,
+                          size=TEXT_SIZE, x=TEXT_LEFT)
+    return page
+
+
+def page_content(items: Sequence[Item]) -> bytes:
+    return b"\n".join(b"BT /F1 %g Tf %g %g Td " % (size, x, y) + pdf_string(text) + b" Tj ET"
+                      for x, y, size, text in items)
+
+
+def text_pdf(pages: Sequence[Page], *, font: str = "Helvetica") -> bytes:
+    """A PDF whose page i draws ``pages[i]`` (a string's lines, or items in the order given,
+    which is the order a text extractor reads them) in ``font``."""
+    if font not in FONTS:
+        raise ValueError(f"font must be one of {FONTS}")
+    objs: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>", b"",
+                         b"<< /Type /Font /Subtype /Type1 /BaseFont /%s "
+                         b"/Encoding /WinAnsiEncoding >>" % font.encode()]
     kids = []
-    for text in pages:
-        lines = text.split("\n")
-        ops = ["BT", "/F1 10 Tf", "14 TL", "50 760 Td"]
-        for line in lines:
-            ops.append(f"({_escape(line)}) '")
-        ops.append("ET")
-        raw = zlib.compress("\n".join(ops).encode("latin-1", "replace"))
-        stream = add(b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(raw) + raw
-                     + b"\nendstream")
-        kids.append(add(
-            b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 612 792] "
-            b"/Resources << /Font << /F1 %d 0 R >> >> /Contents %d 0 R >>"
-            % (pages_obj, font, stream)
-        ))
-    objects[catalog - 1] = b"<< /Type /Catalog /Pages %d 0 R >>" % pages_obj
-    objects[pages_obj - 1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
-        b" ".join(b"%d 0 R" % k for k in kids), len(kids))
-    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    for page in pages:
+        packed = zlib.compress(page_content(_items(page)))
+        objs.append(b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed
+                    + b"\nendstream")
+        objs.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %d %d] /Resources "
+                    b"<< /Font << /F1 3 0 R >> >> /Contents %d 0 R >>"
+                    % (PAGE_WIDTH, PAGE_HEIGHT, len(objs)))
+        kids.append(len(objs))
+    objs[1] = (b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % k for k in kids)
+               + b"] /Count %d >>" % len(kids))
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, catalog, xref)
-    return bytes(out)
+    for i, body in enumerate(objs, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % i + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1))
+    for off in offsets:
+        out.write(b"%010d 00000 n \n" % off)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
+              % (len(objs) + 1, xref))
+    return out.getvalue()
+
+
+def set_apart(words: Sequence[str], *, x: float, y: float, size: float,
+              gap_em: float) -> list[Item]:
+    """One Courier line whose words are separate text runs ``gap_em`` apart, with no space
+    character between them (as layout tools position justified words)."""
+    items: list[Item] = []
+    for word in words:
+        items.append((x, y, size, word))
+        x += (len(word) * COURIER_ADVANCE_EM + gap_em) * size
+    return items
 
 
 def book_pages(count: int, *, lines: int = LINES_PER_PAGE) -> list[str]:

@@ -872,9 +872,9 @@ def test_cli_password_file_and_stdin_index_an_encrypted_pdf(tmp_path, locked_pdf
     pdf.write_bytes(locked_pdf)
     db = tmp_path / "cli.db"
 
-    def ingest(*extra: str, stdin: str = "") -> subprocess.CompletedProcess:
+    def ingest(*extra: str, stdin: str = "", into: pathlib.Path = db) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "marginalia_core", "ingest", str(pdf), "--db", str(db),
+            [sys.executable, "-m", "marginalia_core", "ingest", str(pdf), "--db", str(into),
              *extra], input=stdin, capture_output=True, text=True, env=offline_cli_env(),
             timeout=300,
         )
@@ -891,7 +891,10 @@ def test_cli_password_file_and_stdin_index_an_encrypted_pdf(tmp_path, locked_pdf
     assert json.loads(right.stdout.splitlines()[-1])["type"] == "done"
     stdin_run = ingest("--password-file", "-", stdin=LOCKED_PASSWORD + "\n")
     assert stdin_run.returncode == 0 and '"duplicate":true' in stdin_run.stdout
-    for run in (bare, wrong, right, stdin_run):
+    flag = ingest("--password", LOCKED_PASSWORD, into=tmp_path / "flag.db")  # a library of its own
+    assert flag.returncode == 0, flag.stderr
+    assert json.loads(flag.stdout.splitlines()[-1])["document"]["chunkCount"] > 0
+    for run in (bare, wrong, right, stdin_run, flag):
         assert LOCKED_PASSWORD not in run.stdout + run.stderr
         assert WRONG_PASSWORD not in run.stdout + run.stderr
         assert "Traceback" not in run.stderr

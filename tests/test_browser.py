@@ -594,6 +594,32 @@ def test_long_upload_keeps_running_across_pages_and_tabs_then_is_indexed(browser
     context.close()
 
 
+def test_an_idle_tab_notices_a_job_another_tab_submits(browser, slow_server):
+    """With no job the indicator polls slowly (ingest_view.JOB_IDLE_POLL_S), and still shows a
+    job submitted elsewhere without the idle tab doing anything."""
+    from playwright.sync_api import expect
+
+    url, _ = slow_server
+    context = browser.new_context(viewport=VIEWPORT)
+    watcher = context.new_page()
+    watcher.set_default_timeout(30_000)
+    watcher.goto(url)
+    idle(watcher)
+    expect(watcher.locator(".st-key-job_indicator")).to_have_count(0)
+    uploader = context.new_page()
+    uploader.set_default_timeout(30_000)
+    uploader.goto(url)
+    idle(uploader)
+    upload(uploader, _long_pdf_payload("from-another-tab.pdf"))
+    expect(watcher.locator(".st-key-job_indicator")).to_contain_text(
+        "from-another-tab.pdf", timeout=90_000)
+    # it then follows at the fast rate until the job is gone (cancelled here, to be quick)
+    queue_item = uploader.locator('[class*="st-key-job-"]').filter(has_text="from-another-tab")
+    queue_item.get_by_role("button", name="Cancel").click()
+    expect(watcher.locator(".st-key-job_indicator")).to_have_count(0, timeout=120_000)
+    context.close()
+
+
 def test_cancel_a_running_job_leaves_nothing_half_written(browser, slow_server):
     from playwright.sync_api import expect
 

@@ -409,7 +409,7 @@ PROOF_STAMPS = ("4TH PASS PAGES", "FRUITS OF THE VALLEY", "Chapter Two", ".qxd",
 def _proof_pdf() -> bytes:
     """Six pages printed as layout proofs: stamp, alternating running heads, body, an ornament
     row, page number, a .qxd stamp and margin line numbers drawn last."""
-    from pdfmaker import lines_page, text_pdf
+    from pdf_maker import lines_page, text_pdf
 
     pages = []
     for n, body in enumerate(BODY, start=1):
@@ -478,3 +478,47 @@ def test_line_cleanup(line, expected):
     from marginalia_core.ingest.cleanup import clean_line
 
     assert clean_line(line) == expected
+
+
+# ------------------------------------------------------------- words set apart by position
+
+
+def _set_apart_pdf() -> bytes:
+    """Words drawn as separate Courier runs a quarter em apart with no space characters (a
+    tightly justified line as layout tools write it), a compound broken at "stop-" with "the-"
+    after it, a soft hyphen at a line end, and a word drawn in three touching pieces."""
+    from pdf_maker import set_apart, text_pdf
+
+    lines = ["In the fall of 1871, the city burned for two days.",
+             "A garbage collector that must stop-",
+             "the-world pauses every thread it runs; a soft\xad",
+             "hyphenated word joins."]
+    items = [item for row, line in enumerate(lines)
+             for item in set_apart(line.split(), x=72, y=700 - 14 * row, size=10, gap_em=0.25)]
+    items += [(72, 600, 10, "Ma"), (84, 600, 10, "rg"), (96, 600, 10, "inalia")]  # touching
+    return text_pdf([items], font="Courier")
+
+
+def test_words_set_apart_without_spaces_are_separated():
+    text = extract("justified.pdf", _set_apart_pdf()).text
+    assert text.startswith("In the fall of 1871, the city burned for two days.\n"), text
+    assert "must stop-the-world pauses every thread" in text
+    assert "a softhyphenated word joins." in text  # the text layer marked that break soft
+    assert "Marginalia" in text.split()  # touching pieces of one word stay one word
+
+
+def test_without_the_geometry_pypdf_reads_them_run_together(monkeypatch):
+    """The switch the benchmark uses, and proof the test above had something to repair."""
+    monkeypatch.setattr(extraction, "REJOIN_WORDS", False)
+    text = extract("justified.pdf", _set_apart_pdf()).text
+    assert text.startswith("Inthefallof1871,thecity"), text
+
+
+def test_respace_adds_spaces_only_where_both_readings_agree():
+    from marginalia_core.ingest.word_gaps import respace
+
+    glyphs = "Thecatsat\u2212on"  # pdfium maps the dash differently from pypdf
+    breaks = [False, False, False, True, False, False, True, False, False, True, True, False]
+    assert respace("Thecatsat-on", glyphs, breaks) == "The cat sat-on"
+    assert respace("The cat\nsat", "Thecatsat", [False] * 3 + [True] + [False] * 2 + [True]
+                   + [False] * 2) == "The cat\nsat"  # existing whitespace is left alone

@@ -317,3 +317,14 @@ def test_estimate_follows_the_pace_so_far():
     assert halfway.eta(start + timedelta(seconds=60)) == pytest.approx(60 * (1 - share) / share)
     assert _job(status="done").eta(start) is None
     assert _job(status="queued").fraction == 0.0
+
+
+def test_job_views_poll_fast_only_while_a_job_is_queued_or_running(workspace):
+    from marginalia_app.ingest_view import JOB_IDLE_POLL_S, JOB_POLL_S, poll_interval
+
+    assert poll_interval(workspace.jobs()) == JOB_IDLE_POLL_S  # no worker: the job stays queued
+    job = workspace.submit([("a.txt", b"A note about vellum and quires.")])[0]
+    assert poll_interval(workspace.jobs()) == JOB_POLL_S
+    workspace.cancel(job.id)
+    assert poll_interval(workspace.jobs()) == JOB_IDLE_POLL_S
+    assert JOB_POLL_S < JOB_IDLE_POLL_S

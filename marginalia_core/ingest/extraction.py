@@ -17,6 +17,7 @@ import io
 import logging
 import re
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from pypdf import PasswordType, PdfReader
@@ -35,6 +36,7 @@ from marginalia_core.errors import (
     WrongPasswordError,
 )
 from marginalia_core.ingest import ocr as ocr_engine
+from marginalia_core.ingest import word_gaps
 from marginalia_core.ingest.cleanup import clean_pages
 
 PDF_MIME = "application/pdf"
@@ -70,6 +72,9 @@ MAX_TEXT_CHARS = 20_000_000
 MIN_ALNUM_PER_PAGE = 5
 # Join "hyphen-\nated" words split across PDF lines (only when a lower-case letter follows).
 DEHYPHENATE = True
+# Put spaces back where the page geometry shows a word gap but pypdf read none
+# (ingest/word_gaps.py: "Inthefallof" -> "In the fall of"); off only to measure it.
+REJOIN_WORDS = True
 # Remove printing leftovers (running heads, stamps, page/line numbers, ornaments) page by page
 # (ingest/cleanup.py); off only to measure what it does (benchmarks/pdf_cleanup.py).
 CLEAN_PAGES = True
@@ -160,7 +165,9 @@ _HSPACE_RUN = re.compile(r"[^\S\n]+")
 _SPACE_AROUND_NEWLINE = re.compile(r" ?\n ?")
 _MANY_NEWLINES = re.compile(r"\n{3,}")
 # The word before a line-end hyphen (with any hyphens of its own) and the letter after.
-_HYPHEN_BREAK = re.compile(r"([^\W\d_]+(?:-[^\W\d_]+)*)-\n([^\W\d_])")
+_HYPHEN_BREAK = re.compile(r"([^\W\d_]+(?:-[^\W\d_]+)*)-\n([^\W\d_]+-?)")
+# A soft hyphen (U+00AD) at a line end is the text layer saying "this word was broken here".
+_SOFT_HYPHEN_BREAK = re.compile("\u00ad[^\\S\n]*\n[^\\S\n]*")
 
 
 PageProgress = Callable[[int, int, str], None]  # (pages done, page count, that page's text)
@@ -379,18 +386,20 @@ def _too_much_text(name: str) -> TooLargeError:
 
 
 def _dehyphenate(match: re.Match[str]) -> str:
-    """"hyphen-\nated" -> "hyphenated"; a compound already hyphenated keeps the line-end
-    hyphen ("stop-the-\nworld" -> "stop-the-world", not "stop-theworld")."""
+    """"hyphen-\nated" -> "hyphenated"; a compound already hyphenated on either side keeps the
+    line-end hyphen ("stop-the-\nworld" and "stop-\nthe-world" -> "stop-the-world", not
+    "stop-theworld" / "stopthe-world")."""
     before, after = match.group(1), match.group(2)
-    if not after.islower():
+    if not after[0].islower():
         return match.group(0)
-    return f"{before}-{after}" if "-" in before else before + after
+    compound = "-" in before or after.endswith("-")
+    return f"{before}-{after}" if compound else before + after
 
 
 def normalize_pdf_text(text: str) -> str:
     """Undo PDF layout artefacts (runs of spaces, ragged line ends, blank-line stacks,
     ligatures, line-end hyphenation) so chunks and keyword search see plain prose."""
-    text = text.replace("\r\n", "\n").translate(_PDF_TABLE)
+    text = _SOFT_HYPHEN_BREAK.sub("", text.replace("\r\n", "\n")).translate(_PDF_TABLE)
     text = _HSPACE_RUN.sub(" ", text)
     text = _SPACE_AROUND_NEWLINE.sub("\n", text)
     if DEHYPHENATE:
@@ -498,16 +507,19 @@ def _extract_pdf(
     page_texts: list[str] = []
     skipped: list[int] = []
     first_error: BaseException | None = None
-    for number in range(page_count):
-        try:
-            raw = pages[number].extract_text() or ""
-        except Exception as err:  # one bad page must not sink the others
-            skipped.append(number + 1)
-            first_error = first_error or err
-            raw = ""
-        page_texts.append(normalize_pdf_text(raw))
-        if on_page is not None:  # progress, a cancel point, and text to embed early
-            on_page(number + 1, page_count, page_texts[-1])
+    with word_gaps.open_pages(data, password) if REJOIN_WORDS else nullcontext() as geometry:
+        for number in range(page_count):
+            try:
+                raw = pages[number].extract_text() or ""
+            except Exception as err:  # one bad page must not sink the others
+                skipped.append(number + 1)
+                first_error = first_error or err
+                raw = ""
+            if raw and geometry is not None:
+                raw = _respace(name, geometry, number, raw)
+            page_texts.append(normalize_pdf_text(raw))
+            if on_page is not None:  # progress, a cancel point, and text to embed early
+                on_page(number + 1, page_count, page_texts[-1])
     if len(skipped) == page_count:
         raise _corrupt(name, _plain_detail(first_error) if first_error else "")
 
@@ -546,6 +558,16 @@ def _extract_pdf(
         skipped_pages=tuple(skipped),
         ocr_pages=ocr_pages,
     )
+
+
+def _respace(name: str, geometry: object, number: int, raw: str) -> str:
+    """``raw`` with the word gaps pdfium's glyph boxes show; pypdf's text as it was when pdfium
+    cannot read the page (the repair is a bonus, never a reason to lose a page)."""
+    try:
+        return word_gaps.respace_page(geometry, number, raw)  # type: ignore[arg-type]
+    except Exception:
+        log.warning("word gaps of %s page %d not checked", name, number + 1, exc_info=True)
+        return raw
 
 
 def _ocr_empty_pages(

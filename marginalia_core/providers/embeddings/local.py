@@ -22,7 +22,11 @@ from marginalia_core.providers.embeddings.base import EmbedderBase, ProgressFn, 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
 DIMENSION = 384
 MAX_TOKENS = 256  # the model's training length; longer input is truncated
-BATCH_SIZE = 8  # small, length-sorted batches keep padding and memory low (0.3-0.5 GB)
+# Length-sorted batches of 16: under load 8-14, 128 real passages x 5 interleaved rounds gave
+# medians of 1.72 / 2.10 / 2.28 / 1.65 / 2.24 passages/s for 8 / 16 / 32 / 64 / 128
+# (benchmarks/results/embed_batch.md); 16-128 are within the noise of each other and above 8,
+# and 16 keeps padding, memory and the step between progress reports / cancel checks small.
+BATCH_SIZE = 16
 # MiniLM cosine scores sit lower than Gemini's: unrelated passages score ~0.0-0.2 and
 # relevant ones ~0.3-0.7, so its default threshold is lower than Gemini's 0.35.
 DEFAULT_THRESHOLD = 0.25
