@@ -12,8 +12,10 @@ best answer the question and streams them, each followed by its ``[n]``.
 2. **Score cheaply, then embed a bounded few.** Every candidate gets an IDF-weighted overlap with
    the question's words (light stemming), an informativeness factor (a sentence that only
    restates the question, a fragment or a run-on scores lower; for "when / how many / who"
-   questions, one without a date / number / new name too) and a small prior for its passage's
-   retrieval rank. Only the best ``MAX_EMBEDDED`` are embedded with the local embedder and
+   questions, one without a date / number / new name too), a small prior for its passage's
+   retrieval rank and, in the default "answer" strategy, two cues of the sentence the question
+   was written from: the share of the question's word pairs it repeats ("slow its descent")
+   and whether it has the question's rarest word. Only the best ``MAX_EMBEDDED`` are embedded with the local embedder and
    rescored with their cosine to the question, which catches paraphrases: that bounds the
    answer's latency whatever the passages hold (12 sentences ≈ 35 ms on 2 idle cores, ~0.3 s
    when they are busy; a whole ask, retrieval and saving included, p50 ≈ 65 ms on SQuAD).
