@@ -76,6 +76,7 @@ EXTRA_EMBEDDED = 6  # neighbours of the best few, embedded besides the MAX_EMBED
 # (the one name the passages seldom use) is the one the question was asked about
 PHRASE_WEIGHT = 0.1  # x the share of the question's word pairs (bigrams) the sentence has
 RARE_WEIGHT = 0.1  # x the IDF of its rarest question word matched, over the rarest asked
+CUE_MIN_TERMS = 2  # the cues need this many question words: with one they repeat its match
 
 
 def _wordset(text: str) -> frozenset[str]:
@@ -443,14 +444,17 @@ class ExtractiveAnswerer:
             c.lexical = sum(
                 idf[t] * _match(t, c.terms) for t in weight
             ) / total
-        pairs = _bigrams(terms(question))
-        rarest = max((idf[t] for t in terms(question)), default=0.0) or 1.0
+        asked = terms(question)
+        cued = len(set(asked)) >= CUE_MIN_TERMS  # "and what about light?": no cue
+        pairs = _bigrams(asked)
+        rarest = max((idf[t] for t in asked), default=0.0) or 1.0
         for c in cands:
             near = [x.lexical for x in (c.previous, c.next) if x is not None]
             c.context = max(near, default=0.0)
-            phrase = len(pairs & _bigrams(terms(c.text))) / len(pairs) if pairs else 0.0
-            rare = max((idf[t] for t in q_terms & c.terms if weight[t] == 1.0), default=0.0)
-            c.cue = PHRASE_WEIGHT * phrase + RARE_WEIGHT * rare / rarest
+            if cued:
+                phrase = len(pairs & _bigrams(terms(c.text))) / len(pairs) if pairs else 0.0
+                rare = max((idf[t] for t in q_terms & c.terms if weight[t] == 1.0), default=0.0)
+                c.cue = PHRASE_WEIGHT * phrase + RARE_WEIGHT * rare / rarest
             c.score = (c.quality * (c.lexical + NEIGHBOUR_WEIGHT * c.context) + c.cue
                        - RANK_PRIOR * c.rank)
         if self.embedder is None:
