@@ -7,7 +7,8 @@ Retrieval does not depend on the answerer, so every question is retrieved once (
 hybrid retrieval over the real ingestion, as benchmarks/squad_answers.py does it); then each
 grid point composes every answer from the same sources, with the sentence embeddings memoized
 by text, so a grid point costs a few seconds. Scored like squad_answers: ``answer_rate`` (an
-answer span in the answer text) and mean answer length. Prints one JSON line per grid point,
+answer span in the answer text), ``lead_rate`` (in its first sentence) and mean answer length
+(characters and words). Prints one JSON line per grid point,
 best answer rate first; the held-out figures come from squad_answers.py --heldout, never here.
 """
 
@@ -30,11 +31,12 @@ from marginalia_core.providers.answerers import extractive
 from marginalia_core.providers.embeddings.local import LocalEmbedder
 from marginalia_core.workspace import Workspace
 
-GRID = {
-    "NEIGHBOUR_WEIGHT": (0.0, 0.15, 0.3),
-    "CONTINUATION_RATIO": (0.15, 0.2, 0.35, 9.0),  # 9.0: a continuation never joins
-    "SUPPORT_RATIO": (0.7, 0.8),
-    "DENSE_WEIGHT": (0.5, 0.6),
+GRID = {  # issue 11's second round: the phrase and rare-word cues, and how close a second
+    # sentence must score to join (the first round's NEIGHBOUR_WEIGHT / CONTINUATION_RATIO /
+    # DENSE_WEIGHT grid was flat within +-0.01 and kept its values)
+    "PHRASE_WEIGHT": (0.0, 0.05, 0.1, 0.15),
+    "RARE_WEIGHT": (0.0, 0.05, 0.1, 0.15),
+    "SUPPORT_RATIO": (0.65, 0.7, 0.75),
 }
 
 
@@ -77,13 +79,17 @@ def retrieve_all(articles: Sequence[str], n: int) -> tuple[list[dict], LocalEmbe
 
 
 def score(questions: list[dict], answerer: Any) -> dict[str, float]:
-    hits, chars = [], []
+    hits, leads, chars, words = [], [], [], []
     for q in questions:
         plain = sa.strip_marks(answerer.compose(q["question"], q["sources"], []))
         hits.append(sa.contains_answer(plain, q["answers"]))
+        leads.append(sa.contains_answer(sa.first_sentence(plain), q["answers"]))
         chars.append(len(plain))
+        words.append(len(plain.split()))
     return {"answer_rate": round(sum(hits) / len(hits), 4),
-            "mean_answer_chars": round(statistics.mean(chars))}
+            "lead_rate": round(sum(leads) / len(leads), 4),
+            "mean_answer_chars": round(statistics.mean(chars)),
+            "mean_answer_words": round(statistics.mean(words), 1)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

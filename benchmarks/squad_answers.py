@@ -27,7 +27,7 @@ whitespace-normalized):
 - ``baseline_first_sentence_answer_rate``: answering with the first full sentence of source [1];
 - ``nothing_found_rate``: the answer says the passages don't answer it (it still quotes and
   cites the closest sentence) or cites nothing;
-- ``invalid_citations``, answer length, latency (ask -> done, ms).
+- ``invalid_citations``, answer length (characters, words), latency (ask -> done, ms).
 
 ``--strategies answer v1`` asks every question once per extractive strategy on the same index in
 the same run (``v1``: the sentence selector before issue 11, the baseline); each strategy's
@@ -238,6 +238,7 @@ def ask_all(ws: Workspace, questions: list[dict[str, Any]], verbose: bool = Fals
             "nothing_found": not cited or answer.startswith(NOT_ANSWERED),
             "invalid": len(end.get("invalidCitations", [])),
             "chars": len(plain),
+            "words": len(plain.split()),
             "sentences": len(find_marks(answer)),
             "ms": elapsed * 1000,
             "first_token_ms": (first_token or elapsed) * 1000,
@@ -274,6 +275,7 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         "invalid_citations": sum(r["invalid"] for r in rows),
         "mean_sources": round(statistics.mean(r["k"] for r in rows), 2) if rows else 0,
         "mean_answer_chars": round(statistics.mean(r["chars"] for r in rows)) if rows else 0,
+        "mean_answer_words": round(statistics.mean(r["words"] for r in rows), 1) if rows else 0,
         "mean_answer_sentences": round(statistics.mean(r["sentences"] for r in rows), 2)
         if rows
         else 0,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marginalia_app import presentation as fmt
-from marginalia_core.citations import find_marks
+from marginalia_core.citations import find_marks, has_pages  # noqa: F401 (pages use it)
 from marginalia_core.ingest.page_images import PageRenderError
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MARKDOWN_MIMES = frozenset({"text/markdown", "text/x-markdown"})
-PAGED_MIMES = frozenset({"application/pdf"})
 # Headings inside a margin card are kept small: h1 -> h4 ... h3+ -> h6.
 HEADING_BASE = 3
 MAX_HEADING = 6
@@ -42,11 +41,6 @@ ANCHOR_PREFIX = "src"
 
 def is_markdown(mime: str | None) -> bool:
     return (mime or "").split(";")[0].strip().lower() in MARKDOWN_MIMES
-
-
-def has_pages(mime: str | None) -> bool:
-    """Only PDFs have real pages; a text or markdown file is one long page, never labelled."""
-    return (mime or "").split(";")[0].strip().lower() in PAGED_MIMES
 
 
 def anchor_id(scope: str, mid: str, n: int) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from marginalia_core.citations import MARK_RE, find_marks
+from marginalia_core.citations import MARK_RE, find_marks, has_pages
 
 # ---------------------------------------------------------------------------------------------
 # escaping
@@ -496,8 +496,10 @@ def percent(score: float | None) -> str:
     return f"{round(max(0.0, min(1.0, float(score))) * 100)} %"
 
 
-def page_label(page: int | None, page_end: int | None = None) -> str:
-    if not page:
+def page_label(page: int | None, page_end: int | None = None, mime: str | None = None) -> str:
+    """"p. 3" / "pp. 3–5"; "" without a page, or for a document without pages (pass ``mime``:
+    a text or Markdown file is stored as one page 1, which is never shown)."""
+    if not page or (mime is not None and not has_pages(mime)):
         return ""
     if page_end and page_end != page:
         return f"pp. {page}–{page_end}"

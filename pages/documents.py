@@ -161,7 +161,8 @@ table = pd.DataFrame(
             "Document": d["name"],
             "Size": fmt.format_size(d["size"]),
             "Passages": d["chunk_count"],
-            "Pages": d["page_count"] if has_pages(d["mime"]) else None,  # none in a text file
+            # blank (not a grey "None") for a text or Markdown file, which has no pages
+            "Pages": str(d["page_count"]) if has_pages(d["mime"]) else "",
             "Text": fmt.ocr_label(d) or ("text layer" if has_pages(d["mime"]) else "text"),
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
@@ -181,6 +182,7 @@ st.dataframe(
     column_config={
         "Document": st.column_config.TextColumn(width="medium"),
         "Passages": st.column_config.NumberColumn(help="Chunks of about 1,400 characters"),
+        "Pages": st.column_config.TextColumn(help="A PDF's page count (text files have none)"),
         "Added": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
         "Text": st.column_config.TextColumn(
             help="Read from the PDF's text layer, or recognised from scanned pages by OCR"

@@ -271,7 +271,7 @@ def show_ranking() -> None:
     table = pd.DataFrame([
         {"returned": returned.get(r.chunk_id),
          "document": r.document_name,
-         "page": fmt.page_label(r.page_start, r.page_end).removeprefix("p. "),
+         "page": fmt.page_label(r.page_start, r.page_end, r.mime).split(" ", 1)[-1],
          "hybrid score": round(r.fused, 4), "hybrid rank": r.fused_rank,
          "cosine": round(r.cosine, 4), "meaning rank": r.dense_rank,
          "bm25": round(r.bm25, 3) if r.lexical_rank else None,
@@ -334,10 +334,11 @@ def show_ranking() -> None:
         if len(df):
             st.altair_chart(histogram(df, threshold), width="stretch")
     with passage_col, st.container(border=True, key="inspector_passage"):
+        where = [fmt.page_label(row.page_start, row.page_end, row.mime), f"passage {row.idx}"]
         st.markdown(
             f"**{fmt.escape_inline(row.document_name, 80)}** · "
-            f"{fmt.page_label(row.page_start, row.page_end)} · passage {row.idx} · "
-            f"cosine {row.cosine:.3f} · BM25 {row.bm25:.2f}"
+            + " · ".join(w for w in where if w)
+            + f" · cosine {row.cosine:.3f} · BM25 {row.bm25:.2f}"
             + ("" if picked.selection.rows else " · select a row to see another passage")
         )
         st.markdown(fmt.passage_markdown(row.content, fmt.term_spans(row.content, terms)))
@@ -376,8 +377,9 @@ def show_sets() -> None:
                    "that answer it.")
         ticked = []
         for h in hits:
-            label = (f"{fmt.escape_inline(h.document_name, 50)} · "
-                     f"{fmt.page_label(h.page_start, h.page_end)} — "
+            pages = fmt.page_label(h.page_start, h.page_end, h.mime)
+            label = (f"{fmt.escape_inline(h.document_name, 50)}"
+                     f"{' · ' + pages if pages else ''} — "
                      f"{fmt.escape_inline(make_excerpt(h.content, 150))}")
             if st.checkbox(label, key=f"tick-{digest}-{h.chunk_id}"):
                 ticked.append(h.chunk_id)
@@ -633,7 +635,7 @@ def show_chunking() -> None:
     m[3].metric("Mean overlap", f"{stats['mean_overlap']:.0f}")
     preview = pd.DataFrame([
         {"chunk": c.idx,
-         "pages": fmt.page_label(c.page_start, c.page_end).split(" ", 1)[-1],
+         "pages": fmt.page_label(c.page_start, c.page_end, doc["mime"]).split(" ", 1)[-1],
          "start": c.start, "end": c.end, "length": len(c.text),
          "overlap": max(0, chunks[c.idx - 1].end - c.start) if c.idx else 0,
          "text": make_excerpt(c.text, 160)}

@@ -383,6 +383,41 @@ def test_sample_documents_from_the_documents_page(app_env):
 # --------------------------------------------------------------------------- inspector
 
 
+def test_page_labels_only_for_pdfs_in_the_inspector_and_the_documents_table(app_env, workspace):
+    """A text or Markdown file is stored as one page 1: no table or label shows that page."""
+    seed(workspace, *samples())
+    at = start(INSPECTOR)
+    at.text_input(key="inspector_query").input("How should old books be stored?").run()
+    assert not at.exception
+    table = full_table(at)
+    pages = dict(zip(table["document"], table["page"], strict=False))
+    md_pages = {p for d, p in zip(table["document"], table["page"], strict=True)
+                if d.endswith(".md")}
+    pdf_pages = {p for d, p in zip(table["document"], table["page"], strict=True)
+                 if d.endswith(".pdf")}
+    assert md_pages == {""}, pages
+    assert pdf_pages and all(p and p[0].isdigit() for p in pdf_pages), pages
+    # the selected passage's header (the best one: the PDF's) names its page
+    header = next(v for v in markdown_values(at) if " · cosine " in v and "passage " in v)
+    assert re.search(r"\.pdf\*\* · pp?\. \d", header), header
+    # the ticking list of a question set names pages for the PDF only
+    at.button_group(key="inspector_section").set_value("Question sets").run()
+    at.text_input(key="inspector_query").input("How should old books be stored?").run()
+    assert not at.exception
+    ticks = [c.label.replace("\\", "") for c in at.checkbox if c.key.startswith("tick-")]
+    assert ticks and not any(".md · p." in t for t in ticks), ticks
+    assert any(re.search(r"\.pdf · pp?\. \d", t) for t in ticks), ticks
+    for row in workspace.score_table("How should old books be stored?"):
+        assert (row["page"] == "") == row["document"].endswith(".md"), row
+
+    at.switch_page(DOCUMENTS).run()
+    assert not at.exception
+    docs = next(d.value for d in at.dataframe if "Pages" in d.value.columns)
+    by_name = dict(zip(docs["Document"], docs["Pages"], strict=True))
+    assert all(by_name[n] == "" for n in by_name if n.endswith(".md")), by_name
+    assert all(by_name[n].isdigit() for n in by_name if n.endswith(".pdf")), by_name
+
+
 def test_inspector_explains_every_candidate_with_a_threshold_and_histogram(app_env, workspace):
     seed(workspace, *samples())
     total = sum(d["chunk_count"] for d in workspace.store.list_documents())

@@ -439,6 +439,80 @@ def test_a_pdf_citation_shows_its_page_with_the_passage_highlighted(page):
     assert not external(page.requests), external(page.requests)
 
 
+def test_a_reopened_conversation_shows_marks_margin_and_page_view_the_same(page):
+    """Reopened from the sidebar, an answer looks and works as it did when it was asked: the
+    same text and marks, its first cited passage open and highlighted, a mark opening its
+    passage, and a PDF citation's page view."""
+    from playwright.sync_api import expect
+
+    add_samples(page)
+    question = "How should old books be stored, and what about light?"
+    ask(page, question)
+    answer = page.locator('[data-testid="stChatMessage"]').last
+    marks = answer.locator('a[href^="#src-"]')
+    expect(marks.first).to_be_visible(timeout=60_000)
+    idle(page)
+
+    def seen() -> dict:
+        """What the reader sees of the last answer and its margin."""
+        shown = page.locator('[data-testid="stChatMessage"]').last
+        links = shown.locator('a[href^="#src-"]')
+        cards = page.locator(".mg-group:visible .mg-card")
+        first = links.first.get_attribute("href")[1:]
+        return {
+            "text": " ".join(shown.inner_text().split()),
+            "marks": [links.nth(i).inner_text() for i in range(links.count())],
+            "cards": [" ".join(cards.nth(i).locator(".mg-head").inner_text().split())
+                      for i in range(cards.count())],
+            "first": first,
+            "open": [cards.nth(i).get_attribute("id") for i in range(cards.count())
+                     if cards.nth(i).locator(".mg-body").is_visible()],
+            "highlighted": page.locator(f"[id='{first}'] mark.mg-hl").count(),
+        }
+
+    before = seen()
+    assert before["marks"] and before["highlighted"] >= 1
+    assert before["open"] == [before["first"]]  # only the first cited passage is open
+
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_role("button", name="New conversation").click()
+    idle(page)
+    expect(page.locator('[data-testid="stChatMessage"]')).to_have_count(0)
+    sidebar.get_by_role("button", name=re.compile("^How should old books be stored")).first.click()
+    idle(page)
+    answer = page.locator('[data-testid="stChatMessage"]').last
+    expect(answer.locator('a[href^="#src-"]').first).to_be_visible()
+    after = seen()
+    for key in ("text", "marks", "cards", "highlighted"):
+        assert after[key] == before[key], (key, before[key], after[key])
+    assert after["open"] == [after["first"]]
+    expect(page.locator(f"[id='{after['first']}'] mark.mg-hl").first).to_be_visible()
+
+    # a mark of the reopened answer opens its passage, scrolled into view, highlighted
+    links = answer.locator('a[href^="#src-"]')
+    last = links.nth(links.count() - 1)
+    target = page.locator(f"[id='{last.get_attribute('href')[1:]}']")
+    last.click()
+    page.wait_for_timeout(300)
+    expect(target.locator(".mg-body")).to_be_visible()
+    expect(target.locator("mark.mg-hl").first).to_be_in_viewport()
+
+    # the PDF citation's page view still renders its page as an image
+    pdf_card = page.locator(".mg-group:visible .mg-card").filter(
+        has_text="caring-for-old-books.pdf").first
+    expect(pdf_card.locator(".mg-head")).to_contain_text(re.compile(r"p\. \d"))
+    if not pdf_card.locator(".mg-body").is_visible():
+        pdf_card.locator(".mg-head").click()
+        page.wait_for_timeout(300)
+    view = pdf_card.locator("details.mg-page")
+    view.locator("summary").click()
+    image = view.locator("img.mg-page-img")
+    expect(image).to_be_visible()
+    natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+    assert natural[0] >= 600 and natural[1] > natural[0], natural
+    assert not external(page.requests), external(page.requests)
+
+
 PHONE = {"width": 390, "height": 844}
 
 

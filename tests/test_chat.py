@@ -437,6 +437,71 @@ def test_a_failed_gemini_rewrite_falls_back_to_the_offline_rewrite(gemini_ws, fa
     assert len(fake_gemini.requests_for("generate")) == 1  # no retries for a rewrite
 
 
+@pytest.fixture
+def openai_chat_ws(db_path, fake_openai, local_embedder):
+    """OpenAI-compatible answers (real ``openai`` SDK -> tests/fake_openai.py) over local
+    retrieval, with the mill and bee documents."""
+    from marginalia_core.providers.answerers.openai import OpenAIAnswerer
+
+    settings = fake_openai.settings(db_path=str(db_path), embedder="local", openai_timeout_s=5.0)
+    ws = Workspace(settings)
+    ws.__dict__["embedder"] = local_embedder
+    ws.__dict__["answerer"] = OpenAIAnswerer(
+        settings, retry=RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.02)
+    )
+    ingest(ws, "mill.txt", MILL)
+    ingest(ws, "bees.txt", BEES)
+    yield ws
+    ws.close()
+
+
+def test_openai_rewrites_a_follow_up_in_one_short_call(openai_chat_ws, fake_openai):
+    ws = openai_chat_ws
+    conv = run(ws, "When was the mill built?")[-1]["conversation_id"]
+    fake_openai.reset()
+    fake_openai.set_answer("'What happened to the mill in 1912?'\n")  # the rewrite's reply
+    fake_openai.stream_script(["A flood destroyed its wheel [1]."])  # the answer
+    events = run(ws, "and what happened to it in 1912?", conv)
+    assert_shape(events, "done")
+    assert events[0]["query"] == "What happened to the mill in 1912?"  # unquoted, one line
+    calls = fake_openai.requests_for("chat")
+    assert len(calls) == 2  # the rewrite, then the streamed answer
+    rewrite, answer = calls
+    assert not rewrite.body.get("stream") and answer.body.get("stream") is True
+    sent = json.dumps(rewrite.body)
+    assert "When was the mill built?" in sent and "standalone search query" in sent
+    assert rewrite.body["messages"][-1] == {
+        "role": "user", "content": "and what happened to it in 1912?"
+    }
+    assert ws.messages(conv)[-1]["query"] == "What happened to the mill in 1912?"
+    assert "flood" in "".join(e["text"] for e in events if e["type"] == "token")
+
+
+def test_a_failed_openai_rewrite_falls_back_to_the_offline_rewrite(openai_chat_ws, fake_openai):
+    ws = openai_chat_ws
+    conv = run(ws, "When was the mill built?")[-1]["conversation_id"]
+    fake_openai.reset()
+    fake_openai.fail_next(500, endpoint="chat")  # the rewrite call fails; the answer does not
+    events = run(ws, "and what happened to it in 1912?", conv)
+    assert_shape(events, "done")
+    assert events[0]["query"] == "and what happened to it in 1912? (mill, built)"
+    calls = fake_openai.requests_for("chat")
+    assert len(calls) == 2  # one failed rewrite (not retried), then the answer
+    assert not calls[0].body.get("stream") and calls[1].body.get("stream") is True
+    assert ws.messages(conv)[-1]["query"] == "and what happened to it in 1912? (mill, built)"
+
+
+def test_an_unusable_openai_rewrite_is_ignored(openai_chat_ws, fake_openai):
+    ws = openai_chat_ws
+    conv = run(ws, "When was the mill built?")[-1]["conversation_id"]
+    fake_openai.reset()
+    fake_openai.set_answer("   \n")  # an empty reply: no query to search with
+    fake_openai.stream_script(["A flood destroyed its wheel [1]."])
+    events = run(ws, "and what happened to it in 1912?", conv)
+    assert_shape(events, "done")
+    assert events[0]["query"] == "and what happened to it in 1912? (mill, built)"
+
+
 # ------------------------------------------------------------------ document scope (issue 11)
 def ids_by_name(ws: Workspace) -> dict[str, str]:
     return {d["name"]: d["id"] for d in ws.documents()}

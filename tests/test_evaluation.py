@@ -320,3 +320,39 @@ def test_scifact_slice_eval_matches_the_benchmark(workspace, tmp_path):
         run[q] = list(dict.fromkeys(h.document_name for h in hits))
     assert ours.metrics["ndcg@10"] == pytest.approx(scifact_eval.evaluate(run, qrels)["ndcg@10"],
                                                     abs=1e-12)
+
+
+def test_a_text_files_ticked_passage_names_no_page_in_tables_or_exports(workspace):
+    """A Markdown file is stored as one page 1: judged by its pages it is the whole document,
+    its span keeps no page, and neither the per-question table nor a CSV export says "p. 1";
+    a PDF's passage keeps its page (both backends: the mime comes from the store)."""
+    from pdf_maker import text_pdf
+
+    pdf = text_pdf(["The mill pond froze every winter.",
+                    "In 1912 a flood destroyed the mill wheel, which was never rebuilt."])
+    for name, data in (("notes.md", b"# Notes\n\nThe compost needs crushed eggshell.\n"),
+                       ("mill.pdf", pdf)):
+        events = list(ingest_bytes(workspace.store, workspace.embedder, workspace.settings,
+                                   name, data))
+        assert events[-1]["type"] == "done", events[-1]
+    hits = workspace.retriever.search("eggshell compost flood mill wheel", threshold=-1.0, k=10)
+    md = next(h for h in hits if h.document_name == "notes.md")
+    wheel = next(h for h in hits if "wheel" in h.content)
+    assert md.mime == "text/markdown" and wheel.mime == "application/pdf"
+    rows = workspace.store.chunks_by_ids([md.chunk_id, wheel.chunk_id])
+    assert ev.judgments_for_chunk(rows[md.chunk_id], by="page") == Judgment("notes.md")
+    span = ev.judgments_for_chunk(rows[md.chunk_id])
+    assert span.level == "span" and span.page_start is None and "p." not in span.label
+    pdf_judgment = ev.judgments_for_chunk(rows[wheel.chunk_id], by="page")
+    assert pdf_judgment.label.startswith("mill.pdf p. ") and pdf_judgment.page_start >= 1
+    pages = (str(wheel.page_start) if wheel.page_start == wheel.page_end
+             else f"{wheel.page_start}-{wheel.page_end}")
+
+    workspace.lab.add_question("pages", "What do the notes say?", [md.chunk_id], by="page")
+    workspace.lab.add_question("pages", "What destroyed the wheel?", [wheel.chunk_id], by="page")
+    result = workspace.lab.evaluate("pages", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+    labels = [x for q in result.questions for x in (*q.found, *q.missed)]
+    assert sorted(labels) == [pdf_judgment.label, "notes.md"]
+    csv_rows = workspace.lab.export_set("pages", "csv").splitlines()
+    assert "What do the notes say?,notes.md," in csv_rows
+    assert f"What destroyed the wheel?,mill.pdf,{pages}" in csv_rows

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from marginalia_core.citations import has_pages
 from marginalia_core.retrieval.retriever import Candidates, RankedChunk, Retriever
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet
 
@@ -371,9 +372,19 @@ def compare(a: EvalResult, b: EvalResult) -> Comparison:
 
 def judgments_for_chunk(row: dict[str, Any], *, by: str = "span") -> Judgment:
     """The judgment the Inspector saves when a passage is ticked: its document and its text
-    span (``by="span"``) or its pages (``by="page"``), never its chunk id."""
+    span (``by="span"``) or its pages (``by="page"``), never its chunk id. A text or Markdown
+    file has no pages (it is stored as one page 1): judged by pages, it is the whole document,
+    and its span judgment keeps no page, so no table or export names a "p. 1" for it."""
+    paged = "mime" not in row or has_pages(row["mime"])  # rows without a mime: as before
     if by == "page":
+        if not paged:
+            return Judgment(row["document_name"])
         return Judgment(row["document_name"], int(row["page_start"]), int(row["page_end"]))
+    if not paged:
+        return Judgment(
+            row["document_name"], None, None, int(row["start"]), int(row["end"]),
+            excerpt=" ".join(row["content"].split())[:200],
+        )
     return Judgment(
         row["document_name"], int(row["page_start"]), int(row["page_end"]),
         int(row["start"]), int(row["end"]), excerpt=" ".join(row["content"].split())[:200],

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from marginalia_core import events
+from marginalia_core.citations import has_pages
 from marginalia_core.config import Settings
 from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
@@ -42,6 +43,7 @@ class Hit:
     rank: int
     lexical_score: float | None = None
     ocr: bool = False  # the passage's text was read from a scan by OCR
+    mime: str = ""  # its document's: only a PDF's pages are named (citations.has_pages)
 
     @property
     def excerpt(self) -> str:
@@ -99,6 +101,7 @@ class ExplainedChunk(RankedChunk):
     page_end: int = 1
     content: str = ""
     passes: bool = False  # shown in hybrid mode at this threshold
+    mime: str = ""  # its document's: only a PDF's pages are named (citations.has_pages)
 
 
 @dataclass(frozen=True)
@@ -388,6 +391,7 @@ class Retriever:
                     page_end=m["page_end"],
                     content=m["content"],
                     passes=r.cosine >= threshold or r.rescued,
+                    mime=str(m.get("mime") or ""),
                 )
             )
         return out
@@ -416,6 +420,7 @@ class Retriever:
                     rank=len(hits) + 1,
                     lexical_score=None if lex is None else float(lex),
                     ocr=bool(row.get("ocr")),
+                    mime=str(row.get("mime") or ""),
                 )
             )
         return hits
@@ -440,7 +445,7 @@ class Retriever:
                 {
                     "document": row["document_name"],
                     "chunk": row["idx"],
-                    "page": _page_label(row["page_start"], row["page_end"]),
+                    "page": _page_label(row["page_start"], row["page_end"], row.get("mime")),
                     "score": round(score, 4),
                     "rank": rank,
                     "passes": score >= threshold,
@@ -464,5 +469,8 @@ def cosine_lookup(scored: Scored, chunk_ids: list[int]) -> list[float | None]:
     return [float(scored.scores[p]) if ok else None for p, ok in zip(pos, found)]
 
 
-def _page_label(start: int, end: int) -> str:
+def _page_label(start: int, end: int, mime: str | None) -> str:
+    """"3" or "3–5" for a PDF's passage; "" for a text or Markdown file (no pages)."""
+    if not has_pages(mime):
+        return ""
     return str(start) if start == end else f"{start}–{end}"

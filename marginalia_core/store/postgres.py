@@ -770,7 +770,7 @@ class PostgresStore:
             return {}
         rows = self._dicts(
             'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
-            "c.page_end, d.name AS document_name, d.ocr_pages FROM chunks c "
+            "c.page_end, d.name AS document_name, d.mime, d.ocr_pages FROM chunks c "
             "JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(%s)",
             (ids,),
         )

@@ -490,7 +490,7 @@ class Store:
             marks = ",".join("?" * len(part))
             rows = self.conn.execute(
                 'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
-                "c.page_end, d.name AS document_name, d.ocr_pages FROM chunks c "
+                "c.page_end, d.name AS document_name, d.mime, d.ocr_pages FROM chunks c "
                 f"JOIN documents d ON d.id = c.document_id WHERE c.id IN ({marks})",
                 part,
             ).fetchall()

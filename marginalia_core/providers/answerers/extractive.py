@@ -12,8 +12,10 @@ best answer the question and streams them, each followed by its ``[n]``.
 2. **Score cheaply, then embed a bounded few.** Every candidate gets an IDF-weighted overlap with
    the question's words (light stemming), an informativeness factor (a sentence that only
    restates the question, a fragment or a run-on scores lower; for "when / how many / who"
-   questions, one without a date / number / new name too) and a small prior for its passage's
-   retrieval rank. Only the best ``MAX_EMBEDDED`` are embedded with the local embedder and
+   questions, one without a date / number / new name too), a small prior for its passage's
+   retrieval rank and, in the default "answer" strategy, two cues of the sentence the question
+   was written from: the share of the question's word pairs it repeats ("slow its descent")
+   and whether it has the question's rarest word. Only the best ``MAX_EMBEDDED`` are embedded with the local embedder and
    rescored with their cosine to the question, which catches paraphrases: that bounds the
    answer's latency whatever the passages hold (12 sentences ≈ 35 ms on 2 idle cores, ~0.3 s
    when they are busy; a whole ask, retrieval and saving included, p50 ≈ 65 ms on SQuAD).
@@ -69,6 +71,12 @@ TOPIC_WEIGHT = 0.5  # a follow-up's carried topic words, together, weigh this sh
 SUBJECT_TERMS = 2  # a follow-up's meaning keeps this many of the topic's most shared words
 SUBJECT_MIN_DF = 3  # ... each in at least this many candidate sentences
 EXTRA_EMBEDDED = 6  # neighbours of the best few, embedded besides the MAX_EMBEDDED
+# Added to the "answer" score (tuned on the SQuAD train articles, benchmarks/extractive_tuning.py):
+# a sentence that repeats the question's phrasing ("slow its descent") or has its rarest word
+# (the one name the passages seldom use) is the one the question was asked about
+PHRASE_WEIGHT = 0.1  # x the share of the question's word pairs (bigrams) the sentence has
+RARE_WEIGHT = 0.1  # x the IDF of its rarest question word matched, over the rarest asked
+CUE_MIN_TERMS = 2  # the cues need this many question words: with one they repeat its match
 
 
 def _wordset(text: str) -> frozenset[str]:
@@ -282,6 +290,7 @@ class Candidate:
     previous: Candidate | None = None  # the sentence before it in its passage
     next: Candidate | None = None  # the sentence after it
     context: float = 0.0  # the better term match of its neighbours
+    cue: float = 0.0  # phrase and rare-word match with the question ("answer" strategy)
     vector: np.ndarray | None = None  # its embedding, when it was embedded
 
 
@@ -435,10 +444,19 @@ class ExtractiveAnswerer:
             c.lexical = sum(
                 idf[t] * _match(t, c.terms) for t in weight
             ) / total
+        asked = terms(question)
+        cued = len(set(asked)) >= CUE_MIN_TERMS  # "and what about light?": no cue
+        pairs = _bigrams(asked)
+        rarest = max((idf[t] for t in asked), default=0.0) or 1.0
         for c in cands:
             near = [x.lexical for x in (c.previous, c.next) if x is not None]
             c.context = max(near, default=0.0)
-            c.score = c.quality * (c.lexical + NEIGHBOUR_WEIGHT * c.context) - RANK_PRIOR * c.rank
+            if cued:
+                phrase = len(pairs & _bigrams(terms(c.text))) / len(pairs) if pairs else 0.0
+                rare = max((idf[t] for t in q_terms & c.terms if weight[t] == 1.0), default=0.0)
+                c.cue = PHRASE_WEIGHT * phrase + RARE_WEIGHT * rare / rarest
+            c.score = (c.quality * (c.lexical + NEIGHBOUR_WEIGHT * c.context) + c.cue
+                       - RANK_PRIOR * c.rank)
         if self.embedder is None:
             return
         pool = sorted(cands, key=lambda c: (-c.score, c.rank, c.position))[:MAX_EMBEDDED]
@@ -459,7 +477,7 @@ class ExtractiveAnswerer:
         for c in cands:
             lexical = LEXICAL_WEIGHT * (c.lexical + NEIGHBOUR_WEIGHT * c.context)
             dense_part = DENSE_WEIGHT * c.dense if id(c) in embedded else 0.0
-            c.score = c.quality * (lexical + dense_part) - RANK_PRIOR * c.rank
+            c.score = c.quality * (lexical + dense_part) + c.cue - RANK_PRIOR * c.rank
 
     # -- step 3
     def choose(self, ranked: list[Candidate], said: set[str]) -> list[Candidate]:
@@ -546,6 +564,10 @@ def _match(term: str, sentence_terms: frozenset[str]) -> float:
     ):
         return PARTIAL_MATCH
     return 0.0
+
+
+def _bigrams(words: Sequence[str]) -> set[tuple[str, str]]:
+    return set(zip(words, words[1:], strict=False))
 
 
 def _follow_up_meaning(

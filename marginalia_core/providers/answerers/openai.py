@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 from marginalia_core.errors import AnswerError, MarginaliaError
 from marginalia_core.providers import openai_client
 from marginalia_core.providers.answerers.base import HistoryTurn, Source
+from marginalia_core.providers.answerers.prompting import REWRITE_INSTRUCTION, clean_model_rewrite
 from marginalia_core.providers.retry import RetryPolicy, stream_with_retries
 
 if TYPE_CHECKING:
     from marginalia_core.config import Settings
 
 CHAT_TEMPERATURE = 0.2
+REWRITE_TURNS = 4  # recent messages a follow-up's rewrite sees (as for Gemini)
 STREAM_DEADLINE_FACTOR = 5.0  # whole answer (retries included) <= factor * openai_timeout_s
 ROLES = {"user": "user", "assistant": "assistant", "model": "assistant"}
 OK_FINISH = frozenset({"stop", "length", "eos", "end_turn"})
@@ -90,6 +92,23 @@ class OpenAIAnswerer:
                 messages.append({"role": role, "content": text})
         messages.append({"role": "user", "content": question})
         return messages
+
+    def rewrite_query(self, question: str, history: list[HistoryTurn]) -> str | None:
+        """One short, non-streamed call that turns a follow-up into a standalone search query
+        (None when the reply is unusable). No retries: the caller falls back to the offline
+        rewrite on any error, which costs less than a retried round trip."""
+        if self._problem:
+            raise AnswerError(self._problem)
+        messages = self.build_messages(question, history[-REWRITE_TURNS:], REWRITE_INSTRUCTION)
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model, messages=messages, temperature=0.0, stream=False
+            )
+            choices = getattr(response, "choices", None) or []
+            message = getattr(choices[0], "message", None) if choices else None
+            return clean_model_rewrite(getattr(message, "content", None))
+        except Exception as exc:
+            raise self._error(exc, False) from exc
 
     # ------------------------------------------------------------------ streaming
     def stream(
