@@ -176,6 +176,8 @@ def _render_line(
                 run += 1
             width = run - p
             closer = re.compile(rf"(?<!`)`{{{width}}}(?!`)").search(text, run, end)
+            if closer and not complete and closer.end() == end:
+                return p  # the closing run may still grow ("`x`" then "``"): not a closer yet
             if closer:
                 out.append(text[p : closer.end()])  # a code span: verbatim
                 p = closer.end()

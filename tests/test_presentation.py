@@ -112,6 +112,15 @@ def test_streaming_increments_add_up_to_the_final_rendering(text, cuts):
     assert out == fmt.render_answer(text, 2)
 
 
+def test_a_backtick_run_at_the_end_of_a_piece_waits_for_the_next_piece():
+    """Found by hypothesis: "`x`" then "``" is one unclosed run of three, not a code span."""
+    text = "aaa`http://```"
+    stream = fmt.AnswerStream(2)
+    out = stream.feed(text[:12]) + stream.feed(text[12:]) + stream.finish()
+    assert out == fmt.render_answer(text, 2)
+    assert "`http://`" not in out  # never shown as a code span
+
+
 def test_a_mark_split_across_tokens_is_held_back_until_complete():
     stream = fmt.AnswerStream(3)
     assert stream.feed("Yes [") == "Yes "
