@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 from conftest import offline_cli_env
 
+from marginalia_core.providers.embeddings.local import BATCH_SIZE
 from marginalia_core.store.base import is_postgres_url
 from marginalia_core.store.sqlite import Store
 
@@ -313,7 +314,8 @@ def kill_chain(db: Path, batch: list[Path], points: list[tuple[str, Callable]]) 
 
 def test_kill_during_embedding_then_rerun_completes(tmp_path, target):
     """One kill point (after the first ``done``, while the second file's embedding streams)."""
-    batch = make_batch(tmp_path / "docs", files=2, paragraphs=10)
+    # enough chunks for two embedding batches, so the second file has a mid-embedding point
+    batch = make_batch(tmp_path / "docs", files=2, paragraphs=BATCH_SIZE + 6)
     db = target
     results = kill_chain(db, batch, [("embedding file 2", _embedding_mid_file(1))])
     assert results[0]["documents_after"] == 1
