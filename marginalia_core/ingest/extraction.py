@@ -564,7 +564,7 @@ def _respace(name: str, geometry: object, number: int, raw: str) -> str:
     """``raw`` with the word gaps pdfium's glyph boxes show; pypdf's text as it was when pdfium
     cannot read the page (the repair is a bonus, never a reason to lose a page)."""
     try:
-        return word_gaps.respace_page(geometry, number, raw)  # type: ignore[arg-type]
+        return word_gaps.respace_page(geometry, number, raw)
     except Exception:
         log.warning("word gaps of %s page %d not checked", name, number + 1, exc_info=True)
         return raw

@@ -112,7 +112,7 @@ def respace(text: str, glyphs: str, breaks: list[bool]) -> str:
         return text
     else:
         matcher = difflib.SequenceMatcher(None, letters, glyphs, autojunk=False)
-        blocks = [tuple(b) for b in matcher.get_matching_blocks() if b.size > 1]
+        blocks = [(b.a, b.b, b.size) for b in matcher.get_matching_blocks() if b.size > 1]
     before: set[int] = set()
     for a, b, size in blocks:
         for k in range(1, size):  # the first glyph of a block has no matched neighbour
