@@ -71,10 +71,16 @@ def text_pdf(pages: Sequence[Page], *, font: str = "Helvetica") -> bytes:
         kids.append(len(objs))
     objs[1] = (b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % k for k in kids)
                + b"] /Count %d >>" % len(kids))
+    return serialize(objs)
+
+
+def serialize(objs: Sequence[bytes | None]) -> bytes:
+    """Objects 1..n (object 1 the catalog) as a PDF file with a correct cross-reference table."""
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for i, body in enumerate(objs, start=1):
+        assert body is not None, f"object {i} was never filled in"
         offsets.append(out.tell())
         out.write(b"%d 0 obj\n" % i + body + b"\nendobj\n")
     xref = out.tell()

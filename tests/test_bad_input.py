@@ -39,6 +39,7 @@ import pytest
 from conftest import offline_cli_env, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pdf_maker import serialize
 
 from marginalia_core.config import Settings
 from marginalia_core.errors import ExtractionError
@@ -151,19 +152,7 @@ def build_pdf(n_pages: int, content: bytes, *, fanout: int = 1000, compress: boo
     objs[catalog - 1] = b"<< /Type /Catalog /Pages %d 0 R >>" % root
     objs[root - 1] = (b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % m for m in mids)
                       + b"] /Count %d >>" % n_pages)
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for i, body in enumerate(objs, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % i + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1))
-    for off in offsets:
-        out.write(b"%010d 00000 n \n" % off)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
-              % (len(objs) + 1, xref))
-    return out.getvalue()
+    return serialize(objs)
 
 
 PAGE_TEXT = b"BT /F1 12 Tf 72 720 Td (A small page of text about glosses and margins.) Tj ET"
