@@ -178,6 +178,11 @@ def check_pg_database(url: str, batch: list[Path]) -> dict[str, int]:
         rows = raw.execute("SELECT name, chunk_count FROM documents").fetchall()
     finally:
         store.close()
+    return stored_documents(rows, batch)
+
+
+def stored_documents(rows: list, batch: list[Path]) -> dict[str, int]:
+    """{name: chunk_count} of the stored documents, each once, each from the batch, none empty."""
     names = [r[0] for r in rows]
     assert len(names) == len(set(names)), "a document was stored twice"
     assert set(names) <= {p.name for p in batch}
@@ -224,11 +229,7 @@ def check_database(db: Path | str, batch: list[Path]) -> dict[str, int]:
         }, report
     finally:
         store.close()
-    names = [r[0] for r in rows]
-    assert len(names) == len(set(names)), "a document was stored twice"
-    assert set(names) <= {p.name for p in batch}
-    assert all(count > 0 for _, count in rows)
-    return dict(rows)
+    return stored_documents(rows, batch)
 
 
 def rerun_to_completion(db: Path, batch: list[Path], already: dict[str, int]) -> list[dict]:
