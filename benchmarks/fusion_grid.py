@@ -6,8 +6,8 @@ splits only; the held-out splits are then measured once by retrieval_lab.py.
     python benchmarks/retrieval_lab.py --split tune --dump --no-save
     python benchmarks/fusion_grid.py > benchmarks/results/fusion_grid_tune.txt  # best first
 
-The grid: base weight alpha x adaptive power (0 = the fixed weight), each row the nDCG@10 of
-every split and the margin (the smallest lead of hybrid over the better of dense and BM25),
+The grid: base weight alpha x adaptive power (0 = the fixed weight) x phrase weight (0 = no
+phrase bonus), each row the nDCG@10 of every split and the margin (the smallest lead of hybrid over the better of dense and BM25),
 the criterion the default was chosen by.
 """
 
@@ -51,7 +51,7 @@ def fused(**kw):
     def order(c):
         return [i for i, _ in lexical.fuse(
             list(zip(c.chunk_ids, c.cosine)), list(zip(c.chunk_ids, c.bm25)),
-            coverage=dict(zip(c.chunk_ids, c.coverage)), **kw)]
+            coverage=dict(zip(c.chunk_ids, c.coverage)), phrase=c.phrase_of(), **kw)]
     return order
 
 
@@ -68,18 +68,20 @@ def main() -> int:
     base = {n: (ndcg(p, dense), ndcg(p, bm25)) for n, p in prepared.items()}
     print(json.dumps({n: [round(x, 4) for x in v] for n, v in base.items()}))
     rows = []
-    for alpha, adapt in itertools.product((0.5, 0.55, 0.6, 0.65, 0.7), (0.0, 0.25, 0.5, 0.75)):
-        scores = {n: ndcg(p, fused(alpha=alpha, adaptive_power=adapt))
+    for alpha, adapt, pw in itertools.product((0.55, 0.6, 0.65), (0.0, 0.25, 0.5, 0.75),
+                                              (0.0, 0.2, 0.3, 0.4, 0.5)):
+        scores = {n: ndcg(p, fused(alpha=alpha, adaptive_power=adapt, phrase_weight=pw))
                   for n, p in prepared.items()}
         margin = min(scores[n] - max(base[n]) for n in scores)
-        rows.append((margin, alpha, adapt, scores))
-        print(f"margin {margin:+.4f} alpha {alpha} adaptive power {adapt} "
+        rows.append((margin, alpha, adapt, pw, scores))
+        print(f"margin {margin:+.4f} alpha {alpha} adaptive power {adapt} phrase {pw} "
               + " ".join(f"{n} {s:.4f}" for n, s in scores.items()), file=sys.stderr, flush=True)
     rows.sort(key=lambda r: -r[0])
     print(f"# best first; default: alpha {lexical.ALPHA}, adaptive power "
-          f"{lexical.ADAPTIVE_POWER}, depth {lexical.ADAPTIVE_DEPTH}, BM25 x coverage")
-    for margin, alpha, adapt, scores in rows:
-        print(f"margin {margin:+.4f} alpha {alpha} adaptive power {adapt} "
+          f"{lexical.ADAPTIVE_POWER}, depth {lexical.ADAPTIVE_DEPTH}, BM25 x coverage, phrase "
+          f"{lexical.PHRASE_WEIGHT}")
+    for margin, alpha, adapt, pw, scores in rows:
+        print(f"margin {margin:+.4f} alpha {alpha} adaptive power {adapt} phrase {pw} "
               + " ".join(f"{n} {s:.4f}" for n, s in scores.items()))
     return 0
 

@@ -211,20 +211,30 @@ DATASETS = {"scifact": scifact, "squad": squad, "pdfs": pdfs}
 
 def _timing(retriever: Retriever, queries: list[str]) -> dict[str, float]:
     """Median ms per query (query vectors cached): all of ``Retriever.candidates`` and, within
-    it, the term weights + coverage that the coverage-weighted fusion and the lexical floor add."""
+    it, the term weights + coverage that the coverage-weighted fusion and the lexical floor add,
+    and the phrase shares (the candidates' texts read and scanned for the query's word pairs)."""
     import statistics
 
-    total, extra = [], []
+    total, extra, phrase = [], [], []
     conn = retriever.store.conn
     for q in queries:
         a = time.perf_counter()
         c = retriever.candidates(q)
         b = time.perf_counter()
-        lexical.term_coverage(conn, q, c.chunk_ids, lexical.term_weights(conn, q))
+        weights = lexical.term_weights(conn, q)
+        contained = lexical.terms_in_chunks(conn, [t for t, w in weights.items() if w > 0],
+                                            c.chunk_ids)
+        lexical.coverage_of(contained, weights)
+        m = time.perf_counter()
+        pairs = [cid for cid, terms in contained.items() if len(terms) >= 2]
+        rows = retriever.store.chunks_by_ids(pairs) if pairs else {}
+        lexical.phrase_share(q, {cid: r["content"] for cid, r in rows.items()})
         total.append(b - a)
-        extra.append(time.perf_counter() - b)
+        extra.append(m - b)
+        phrase.append(time.perf_counter() - m)
     return {"candidates": round(1000 * statistics.median(total), 2),
-            "of_which_term_coverage": round(1000 * statistics.median(extra), 2)}
+            "of_which_term_coverage": round(1000 * statistics.median(extra), 2),
+            "of_which_phrase": round(1000 * statistics.median(phrase), 2)}
 
 
 def _ordered(prepared: ev.Prepared, order) -> ev.EvalResult:
@@ -297,8 +307,13 @@ def run(args) -> dict:
                     list(zip(c.chunk_ids, c.cosine)), list(zip(c.chunk_ids, c.bm25)),
                     alpha=0.55, coverage=dict(zip(c.chunk_ids, c.coverage)),
                     adaptive_power=0)]),
+            "hybrid, before (alpha 0.6 adapted by the lists' margins, BM25 x coverage, no phrase)":
+                _ordered(prepared, lambda c: [cid for cid, _ in lexical.fuse(
+                    list(zip(c.chunk_ids, c.cosine)), list(zip(c.chunk_ids, c.bm25)),
+                    alpha=0.6, coverage=dict(zip(c.chunk_ids, c.coverage)))]),
             f"hybrid (default: alpha {lexical.ALPHA} adapted per query by the lists' margins"
-            f" ** {lexical.ADAPTIVE_POWER}, BM25 x coverage)": ev.evaluate_prepared(
+            f" ** {lexical.ADAPTIVE_POWER}, BM25 x coverage, + {lexical.PHRASE_WEIGHT} x phrase)":
+                ev.evaluate_prepared(
                 retriever, prepared, ev.EvalConfig("hybrid", top_k=TOP_K)),
         }
         rows = {k: v.metrics for k, v in rows.items()}
@@ -326,7 +341,8 @@ def markdown(res: dict, split: str, command: str) -> str:
         lines += [f"### {name}: {r['set']} ({r['questions']} questions, {r['documents']} documents,"
                   f" {r['chunks']} passages)", "",
                   f"Candidates per query (p50, query vector cached): {t.get('candidates')} ms, "
-                  f"of which term weights + coverage {t.get('of_which_term_coverage')} ms.", "",
+                  f"of which term weights + coverage {t.get('of_which_term_coverage')} ms, "
+                  f"phrase shares {t.get('of_which_phrase')} ms.", "",
                   "| method | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
         for label, m in metrics.items():
             lines.append(f"| {label} | " + " | ".join(f"{m[k]:.4f}" for k in keys) + " |")

@@ -15,7 +15,9 @@ from marginalia_core.retrieval.lexical import (
     fts_query,
     fuse,
     list_margin,
+    phrase_share,
     query_alpha,
+    query_pairs,
 )
 from marginalia_core.store.migrations import migrate
 
@@ -302,3 +304,36 @@ def test_fusion_trusts_keywords_when_the_dense_list_is_flat():
     fixed = fuse(dense, lex, coverage=cov, adaptive_power=0, alpha=0.97)
     adapted = fuse(dense, lex, coverage=cov, alpha=0.97)
     assert fixed[0][0] == 1 and adapted[0][0] == 3
+
+
+# --- phrase: the query's adjacent word pairs ----------------------------------------------------
+
+
+def test_phrase_share_counts_the_query_pairs_a_text_holds_side_by_side():
+    query = "Gaussian curvature of a closed surface"  # pairs: gaussian-curvature-closed-surface
+    texts = {
+        1: "The GAUSSIAN curvature of every closed surface is an integer multiple of 2 pi.",
+        2: "Curvature is defined here; the Gaussian map comes later. The surface is closed.",
+        3: "A closed surface has Gaussian curvature.",  # two of the three pairs
+        4: "Nothing relevant at all.",
+    }
+    share = phrase_share(query, texts)
+    # "every" is not a stopword, so text 1 holds gaussian-curvature and closed-surface only
+    assert share[1] == pytest.approx(2 / 3)
+    assert 2 not in share and 4 not in share  # the words apart, or absent: no phrase
+    assert share[3] == pytest.approx(2 / 3)
+    assert phrase_share("Gaussian curvature of the closed surface",
+                        {5: "gaussian curvature, closed surface"})[5] == 1.0  # punctuation
+    assert phrase_share("Möbiusband", texts) == {}  # one word: no pair to look for
+    assert query_pairs("curvatures of surfaces") == query_pairs("curvature surface")  # stems
+
+
+def test_fusion_lifts_the_passage_holding_the_query_phrase():
+    dense = [(1, 0.50), (2, 0.50)]
+    lex = [(1, 5.0), (2, 5.0)]
+    cov = {1: 1.0, 2: 1.0}
+    assert [c for c, _ in fuse(dense, lex, coverage=cov)] == [1, 2]  # a tie: given order
+    with_phrase = fuse(dense, lex, coverage=cov, phrase={2: 0.5})
+    assert [c for c, _ in with_phrase] == [2, 1]
+    assert dict(with_phrase)[2] - dict(with_phrase)[1] == pytest.approx(0.5 * lexical.PHRASE_WEIGHT)
+    assert [c for c, _ in fuse(dense, lex, coverage=cov, phrase={2: 0.5}, phrase_weight=0)] == [1, 2]

@@ -99,6 +99,23 @@ def test_candidates_report_the_weight_hybrid_uses(indexed):
     adapted = [r.chunk_id for r in cands.table(0.6)]
     fixed = [c for c, _ in lexical.fuse(
         list(zip(cands.chunk_ids, cands.cosine)), list(zip(cands.chunk_ids, cands.bm25)),
-        alpha=used, coverage=dict(zip(cands.chunk_ids, cands.coverage)), adaptive_power=0)]
+        alpha=used, coverage=dict(zip(cands.chunk_ids, cands.coverage)), adaptive_power=0,
+        phrase=cands.phrase_of())]
     assert adapted == fixed
     assert cands.query_alpha(1.0) == 1.0 and cands.query_alpha(0.0) == 0.0
+
+
+def test_candidates_carry_the_query_phrase_and_the_table_shows_it(indexed):
+    """A passage holding the query's words side by side ("waggle dance") carries its phrase
+    share into the fused score; the others carry none."""
+    cands = indexed.retriever.candidates("waggle dance of the honey bees")
+    shares = cands.phrase_of()
+    names = {m["document_name"] for m in indexed.store.chunks_by_ids(list(shares)).values()}
+    assert names == {"bees.md"} and all(0 < v <= 1 for v in shares.values())
+    rows = {r.chunk_id: r for r in cands.table()}
+    assert {c for c, r in rows.items() if r.phrase > 0} == set(shares)
+    without = lexical.fuse(list(zip(cands.chunk_ids, cands.cosine)),
+                           list(zip(cands.chunk_ids, cands.bm25)), alpha=lexical.ALPHA,
+                           coverage=dict(zip(cands.chunk_ids, cands.coverage)))
+    for c, score in without:
+        assert rows[c].fused == pytest.approx(score + lexical.PHRASE_WEIGHT * shares.get(c, 0.0))

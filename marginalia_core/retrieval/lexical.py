@@ -39,6 +39,17 @@ the tune splits, fixed alpha 0.55 -> adapted: SciFact train 0.7385 -> 0.7376, SQ
 +0.035 (the criterion; the best point of benchmarks/results/fusion_grid_tune.txt). Neighbours
 on the grid (alpha 0.55-0.65, power 0.25-0.75, depth 20/50) are within 0.003 of it; a z-score margin and adapting on the dense margin alone were no better.
 
+Issue 13, third round: BM25 scores words one by one, so a page naming "Gaussian curvature"
+ranks no higher than one with "Gaussian" and "curvature" paragraphs apart. The fused score now
+adds PHRASE_WEIGHT x the share of the query's adjacent word pairs (stopwords skipped, words cut to
+6 letters) the chunk holds side by side (``phrase_share``). nDCG@10 on the tune splits, without ->
+with: SciFact train 0.7376 -> 0.7417, SQuAD 0.8953 -> 0.9034, PDF pages 0.8503 -> 0.8582; weights
+0.3-0.5 are within 0.002 of 0.4, and neighbouring alpha / power within 0.0003
+(benchmarks/results/fusion_grid_tune.txt). Measured there and not adopted: the phrase share
+multiplying the BM25 part instead of adding (+0.001 less), a count of pairs instead of a share,
+a penalty on "hub" chunks near the library's mean vector (-0.002 to -0.1), lowering the dense
+weight for queries the embedder's vocabulary splits into many pieces (no gain).
+
 Min-max (alpha 0.45) and z-score (alpha 0.5) are 0.0005 apart on train, far inside the noise
 of 809 queries (alpha 0.40-0.55 spans 0.728-0.736 for both). Min-max was kept because it stays
 sane for the tiny lists of a small library: a single BM25 hit gets the full lexical weight
@@ -74,6 +85,10 @@ ADAPTIVE_POWER = 0.5
 ADAPTIVE_DEPTH = 20
 # for "convex" with ``coverage``: the BM25 part is multiplied by coverage ** COVERAGE_POWER
 COVERAGE_POWER = 1.0
+# for "convex" with ``phrase``: added to the fused score of a chunk holding every adjacent pair of
+# the query's words in the same order (stopwords skipped), in proportion to the pairs it holds
+PHRASE_WEIGHT = 0.4
+PHRASE_PREFIX = 6  # a word pair compares the words' first 6 letters: a stem that needs no language
 RRF_MIX = 0.0  # for "convex": weight of an added rank (RRF) term, 1.0 = first in both lists
 RRF_MIX_K = 5
 RRF_K = 1  # for "rrf": the k in 1 / (k + rank); k = 1 was best on train (0.727; k = 10: 0.721)
@@ -224,6 +239,28 @@ def term_weights(source: LexicalSource | sqlite3.Connection, query: str) -> dict
     return {t: _idf(counts[t], total) / scale if counts.get(t) else 1.0 for t in terms}
 
 
+def terms_in_chunks(
+    source: LexicalSource | sqlite3.Connection, terms: Iterable[str], chunk_ids: Sequence[int]
+) -> dict[int, set[str]]:
+    """Per chunk (of ``chunk_ids``), which of ``terms`` its text contains (as the store stems)."""
+    if not chunk_ids:
+        return {}
+    lex = lexical_source(source)
+    got: dict[int, set[str]] = {}
+    for t in terms:
+        for rowid in lex.chunks_containing(t, chunk_ids):
+            got.setdefault(rowid, set()).add(t)
+    return got
+
+
+def coverage_of(contained: Mapping[int, set[str]], weights: Mapping[str, float]) -> dict[int, float]:
+    """Per chunk, the share of the query's term weight (IDF) its terms carry, 0-1."""
+    total = sum(weights.values())
+    if total <= 0:  # no searchable term
+        return {}
+    return {c: sum(weights.get(t, 0.0) for t in ts) / total for c, ts in contained.items()}
+
+
 def term_coverage(
     source: LexicalSource | sqlite3.Connection,
     query: str,
@@ -231,17 +268,37 @@ def term_coverage(
     weights: Mapping[str, float],
 ) -> dict[int, float]:
     """Per chunk, the share of the query's term weight (IDF) its text contains, 0-1."""
-    total = sum(weights.values())
-    if not chunk_ids or total <= 0:  # no searchable term
+    terms = [t for t, w in weights.items() if w > 0]
+    return coverage_of(terms_in_chunks(source, terms, chunk_ids), weights)
+
+
+def phrase_tokens(text: str) -> list[str]:
+    """The words of ``text`` as phrase matching compares them: lower-cased, stopwords dropped,
+    each cut to its first PHRASE_PREFIX letters."""
+    return [t[:PHRASE_PREFIX] for t in (w.lower() for w in _TOKEN.findall(text or ""))
+            if t not in STOPWORDS]
+
+
+def query_pairs(query: str) -> frozenset[tuple[str, str]]:
+    """The query's adjacent word pairs ("gaussian curvature", "euler characteristic")."""
+    words = phrase_tokens(query)[:MAX_QUERY_TERMS]
+    return frozenset(zip(words, words[1:], strict=False))
+
+
+def phrase_share(query: str, texts: Mapping[int, str]) -> dict[int, float]:
+    """Per chunk, the share of the query's adjacent word pairs its text holds side by side, 0-1
+    (absent: none). BM25 scores words one by one; this is the proximity it cannot see, so a
+    page naming "Gaussian curvature" outranks one with "Gaussian" and "curvature" apart."""
+    pairs = query_pairs(query)
+    if not pairs:
         return {}
-    lex = lexical_source(source)
-    got: dict[int, float] = {}
-    for t, w in weights.items():
-        if w <= 0:
-            continue
-        for rowid in lex.chunks_containing(t, chunk_ids):
-            got[rowid] = got.get(rowid, 0.0) + w
-    return {c: v / total for c, v in got.items()}
+    out: dict[int, float] = {}
+    for cid, text in texts.items():
+        words = phrase_tokens(text)
+        held = pairs & set(zip(words, words[1:], strict=False))
+        if held:
+            out[cid] = len(held) / len(pairs)
+    return out
 
 
 def query_signals(query: str, weights: Mapping[str, float]) -> QuerySignals:
@@ -354,6 +411,8 @@ def fuse(
     coverage_power: float | None = None,
     rrf_mix: float | None = None,
     adaptive_power: float | None = None,
+    phrase: Mapping[int, float] | None = None,
+    phrase_weight: float | None = None,
 ) -> list[tuple[int, float]]:
     """Merge a dense and a lexical ranking into one, best first: ``[(id, fused_score), ...]``.
 
@@ -368,7 +427,9 @@ def fuse(
       ``coverage ** COVERAGE_POWER``: a long chunk repeating one common query word no longer
       outranks a chunk containing the rare ones. ``alpha`` is then adapted to the query by
       ``query_alpha`` from the two lists' margins (``adaptive_power``, None = ADAPTIVE_POWER;
-      0 keeps ``alpha`` fixed).
+      0 keeps ``alpha`` fixed). With ``phrase`` ({id: share of the query's adjacent word pairs
+      the chunk holds, from ``phrase_share``}), ``phrase_weight`` (None = PHRASE_WEIGHT) times
+      that share is added.
     - ``"rrf"``: ``weight / (k + rank_dense) + (1 - weight) / (k + rank_bm25)``, ranks from 1;
       a missing id contributes nothing from that list. ``weight = 0.5`` is plain RRF (halved).
     - ``"dense"`` / ``"lexical"``: one list only (for comparisons).
@@ -410,6 +471,11 @@ def fuse(
             i: alpha * d_norm.get(i, d_missing) + (1.0 - alpha) * l_norm.get(i, l_missing)
             for i in order
         }
+        if phrase:
+            pw = PHRASE_WEIGHT if phrase_weight is None else phrase_weight
+            for i, share in phrase.items():
+                if i in score:
+                    score[i] += pw * share
         mix = RRF_MIX if rrf_mix is None else rrf_mix
         if mix:  # a rank term: 1.0 for first in both lists
             for i in order:

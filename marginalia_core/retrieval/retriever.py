@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -90,6 +90,7 @@ class RankedChunk:
     lexical_rank: int | None  # 1 = best BM25; None when no term matched
     fused_rank: int
     rescued: bool  # contains every query term: kept in hybrid mode below the threshold
+    phrase: float = 0.0  # share of the query's adjacent word pairs the chunk holds side by side
 
 
 @dataclass(frozen=True)
@@ -116,10 +117,15 @@ class Candidates:
     coverage: list[float]
     rescued: frozenset[int]
     signals: lexical.QuerySignals
+    phrase: list[float] = field(default_factory=list)  # per chunk, ``lexical.phrase_share``
 
     @classmethod
     def empty(cls, query: str) -> Candidates:
         return cls(query, [], [], [], [], frozenset(), lexical.QuerySignals())
+
+    def phrase_of(self) -> dict[int, float]:
+        """{chunk id: phrase share} of the chunks holding any of the query's word pairs."""
+        return {c: p for c, p in zip(self.chunk_ids, self.phrase, strict=False) if p > 0}
 
     @staticmethod
     def alpha_for(alpha: float | None) -> float:
@@ -142,9 +148,10 @@ class Candidates:
             return []
         dense = list(zip(self.chunk_ids, self.cosine))
         lex = list(zip(self.chunk_ids, self.bm25))
+        phrase = self.phrase_of()
         fused = lexical.fuse(
             dense, lex, alpha=self.alpha_for(alpha),
-            coverage=dict(zip(self.chunk_ids, self.coverage)),
+            coverage=dict(zip(self.chunk_ids, self.coverage)), phrase=phrase,
         )
         d_rank = {c: r for r, (c, _) in enumerate(lexical.fuse(dense, None, method="dense"), 1)}
         matched = [(c, s) for c, s in lex if s > 0]
@@ -161,6 +168,7 @@ class Candidates:
                 lexical_rank=l_rank.get(c),
                 fused_rank=n,
                 rescued=c in self.rescued,
+                phrase=phrase.get(c, 0.0),
             )
             for n, (c, score) in enumerate(fused, 1)
         ]
@@ -297,7 +305,12 @@ class Retriever:
             )
         )
         weights = lexical.term_weights(self.store, query)
-        coverage = lexical.term_coverage(self.store, query, ids, weights)
+        contained = lexical.terms_in_chunks(self.store, [t for t, w in weights.items() if w > 0], ids)
+        coverage = lexical.coverage_of(contained, weights)
+        # only a chunk holding two of the query's words can hold a pair of them side by side
+        pairs = [c for c, terms in contained.items() if len(terms) >= 2]
+        texts = {c: m["content"] for c, m in self.store.chunks_by_ids(pairs).items()} if pairs else {}
+        phrase = lexical.phrase_share(query, texts)
         return Candidates(
             query=query,
             chunk_ids=ids,
@@ -306,6 +319,7 @@ class Retriever:
             coverage=[coverage.get(c, 0.0) for c in ids],
             rescued=rescued,
             signals=lexical.query_signals(query, weights),
+            phrase=[phrase.get(c, 0.0) for c in ids],
         )
 
     def rank(
