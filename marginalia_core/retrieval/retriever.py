@@ -308,8 +308,10 @@ class Retriever:
         contained = lexical.terms_in_chunks(self.store, [t for t, w in weights.items() if w > 0], ids)
         coverage = lexical.coverage_of(contained, weights)
         # only a chunk holding two of the query's words can hold a pair of them side by side
-        pairs = [c for c, terms in contained.items() if len(terms) >= 2]
-        texts = {c: m["content"] for c, m in self.store.chunks_by_ids(pairs).items()} if pairs else {}
+        paired = [c for c, terms in contained.items() if len(terms) >= 2]
+        texts = (
+            {c: m["content"] for c, m in self.store.chunks_by_ids(paired).items()} if paired else {}
+        )
         phrase = lexical.phrase_share(query, texts)
         return Candidates(
             query=query,
