@@ -147,7 +147,7 @@ class State:
     in_flight: int = 0
     max_in_flight: int = 0
     hold_embeds: int = 0  # embed requests wait until this many are in flight at once
-    events_sent: int = 0  # stream text events written, over every stream
+    events_sent: int = 0  # stream text events written (or being written), over every stream
     gate: threading.Event = field(default_factory=threading.Event)  # opened by release()
     stale: threading.Event = field(default_factory=threading.Event)  # set by reset()/stop()
 
@@ -479,8 +479,10 @@ class FakeHandler(BaseHTTPRequestHandler):
             if n and self._pause(script.chunk_delay):
                 self._drop()
                 return StreamEnd.DROPPED
-            self._event(events[n])
+            # counted before it is written: a client that has read an event never sees the
+            # count behind it (it could, on a busy machine, when counted after the flush)
             self.fake._sent_event(self.st)
+            self._event(events[n])
         return StreamEnd.COMPLETE
 
 
