@@ -84,7 +84,8 @@ def metric_row(metrics: dict[str, float], k: int, other: dict[str, float] | None
 def question_table(result: ev.EvalResult) -> pd.DataFrame:
     return pd.DataFrame([
         {"question": q.question, "first relevant at": q.first_relevant_rank,
-         "found": ", ".join(q.found), "missed": ", ".join(q.missed),
+         "found": f"{len(q.found)} of {len(q.found) + len(q.missed)}",
+         "missed": "; ".join(q.missed),
          "recall": round(q.recall, 3),
          "precision": None if q.precision is None else round(q.precision, 3)}
         for q in result.questions
@@ -493,14 +494,16 @@ def show_evaluate() -> None:
         st.dataframe(question_table(result), hide_index=True, width="stretch",
                      key="inspector_questions",
                      column_config={
-                         "question": st.column_config.TextColumn(width=240),
+                         "question": st.column_config.TextColumn(width=250),
                          "first relevant at": st.column_config.NumberColumn(
-                             width=90, help="Rank of the first relevant passage (empty: not "
-                             f"in the first {ev.DEPTH})"),
-                         "found": st.column_config.TextColumn(width=170),
-                         "missed": st.column_config.TextColumn(width=170),
+                             "rank", width=60, help="Rank of the first relevant passage "
+                             f"(empty: not in the first {ev.DEPTH})"),
+                         "found": st.column_config.TextColumn(
+                             width=70, help="Ticked passages found in the passages returned"),
+                         "missed": st.column_config.TextColumn(
+                             width=250, help="Ticked passages not among those returned"),
                          "recall": st.column_config.NumberColumn(width=60),
-                         "precision": st.column_config.NumberColumn(width=70),
+                         "precision": st.column_config.NumberColumn(width=75),
                      })
         cname, csave = st.columns([3, 1], vertical_alignment="bottom")
         label = cname.text_input("Save these settings as", key="inspector_cfg_name",

@@ -103,6 +103,9 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     assert ranks(per_q["first relevant at"]) == [
         q.first_relevant_rank for q in expected.questions]
     assert per_q["first relevant at"].notna().all()  # every ticked passage is found again
+    assert list(per_q["found"]) == [
+        f"{len(q.found)} of {len(q.found) + len(q.missed)}" for q in expected.questions]
+    assert list(per_q["missed"]) == ["; ".join(q.missed) for q in expected.questions]
 
     at.button(key="inspector_sweep_t").click().run()
     assert not at.exception
