@@ -92,6 +92,12 @@ def question_table(result: ev.EvalResult) -> pd.DataFrame:
     ])
 
 
+def blank_or(value: float | None, fmt_: str, width: int) -> str:
+    """A number as right-aligned text, or "" when absent: the grid paints a missing number as a
+    grey "None". Padded to ``width`` so the text sorts in numeric order."""
+    return "" if value is None else format(value, fmt_).rjust(width)
+
+
 def config_label(c: ev.EvalConfig) -> str:
     t = f"{default_threshold:.2f}" if c.threshold is None else f"{c.threshold:.2f}"
     kw = "" if c.mode != "hybrid" else (
@@ -251,8 +257,8 @@ def show_ranking() -> None:
     explained = lab.explain(q, threshold=threshold, alpha=alpha)
 
     m = st.columns(4)
-    m[0].metric("Passages passing the threshold", f"{int(df['passes'].sum())} of {len(df)}",
-                help=f"cosine ≥ {threshold:.2f}")
+    m[0].metric("Passages passing", f"{int(df['passes'].sum())} of {len(df)}",
+                help=f"Passages whose cosine passes the relevance threshold (≥ {threshold:.2f})")
     m[1].metric("Best relevance", f"{df['score'].max():.3f}" if len(df) else "–",
                 help="Highest cosine similarity")
     m[2].metric(f"{MODE_LABELS[mode]} returns", len(hits), help=f"at most {top_k} passages")
@@ -270,13 +276,13 @@ def show_ranking() -> None:
         key=lambda r: (getattr(r, order_key) is None, getattr(r, order_key) or 0),
     )
     table = pd.DataFrame([
-        {"returned": returned.get(r.chunk_id),
+        {"returned": blank_or(returned.get(r.chunk_id), "d", 3),
          "document": r.document_name,
          "page": fmt.page_label(r.page_start, r.page_end, r.mime).split(" ", 1)[-1],
          "hybrid score": round(r.fused, 4), "hybrid rank": r.fused_rank,
          "cosine": round(r.cosine, 4), "meaning rank": r.dense_rank,
-         "bm25": round(r.bm25, 3) if r.lexical_rank else None,
-         "keyword rank": r.lexical_rank,
+         "bm25": blank_or(r.bm25 if r.lexical_rank else None, ".2f", 9),
+         "keyword rank": blank_or(r.lexical_rank, "d", 4),
          "passes": r.passes,
          "excerpt": make_excerpt(r.content, 160),
          "chunk_id": r.chunk_id}
@@ -299,10 +305,10 @@ def show_ranking() -> None:
         table.drop(columns=["chunk_id"]), hide_index=True, width="stretch", height=360,
         on_select="rerun", selection_mode="single-row", key="inspector_table",
         column_config={
-            "returned": st.column_config.NumberColumn(
-                "returned", width=70, help=f"Rank among the passages {MODE_LABELS[mode]} "
+            "returned": st.column_config.TextColumn(
+                "returned", width=70, alignment="right", help=f"Rank among the passages {MODE_LABELS[mode]} "
                 f"returns (top {top_k}); empty = not returned"),
-            "document": st.column_config.TextColumn(width=130),
+            "document": st.column_config.TextColumn(width=175),
             "page": st.column_config.TextColumn(width=45),
             "hybrid score": st.column_config.NumberColumn(
                 "hybrid", format="%.4f", width=65,
@@ -313,14 +319,14 @@ def show_ranking() -> None:
                 help="Cosine similarity of the question and the passage"),
             "meaning rank": st.column_config.NumberColumn("rank", width=40,
                                                           help="Rank by meaning (cosine)"),
-            "bm25": st.column_config.NumberColumn(
-                "keywords", format="%.2f", width=70,
-                help="BM25 keyword score (when a word matched)"),
-            "keyword rank": st.column_config.NumberColumn("rank", width=40,
-                                                          help="Rank by keywords (BM25)"),
+            "bm25": st.column_config.TextColumn(
+                "keywords", width=70, alignment="right",
+                help="BM25 keyword score (empty: no word of the question matched)"),
+            "keyword rank": st.column_config.TextColumn(
+                "rank", width=40, alignment="right", help="Rank by keywords (BM25)"),
             "passes": st.column_config.CheckboxColumn(
                 width=55, help=f"cosine ≥ {threshold:.2f}, or holds every keyword"),
-            "excerpt": st.column_config.TextColumn(width=135),
+            "excerpt": st.column_config.TextColumn(width=90),
         },
     )
     if not len(table):
