@@ -491,6 +491,12 @@ def format_size(n: int | float | None) -> str:
     return f"{n:.0f} GB"  # pragma: no cover
 
 
+def sortable_number(value: float | None, spec: str, width: int) -> str:
+    """A number as text for a grid column, or "" when absent (the grid paints a missing number
+    as a grey "None"); padded to ``width`` so the text sorts in numeric order."""
+    return "" if value is None else format(value, spec).rjust(width)
+
+
 def percent(score: float | None) -> str:
     """A cosine score as "% relevance": 0.8234 -> "82 %"."""
     if score is None or (isinstance(score, float) and math.isnan(score)):

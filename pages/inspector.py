@@ -92,12 +92,6 @@ def question_table(result: ev.EvalResult) -> pd.DataFrame:
     ])
 
 
-def blank_or(value: float | None, fmt_: str, width: int) -> str:
-    """A number as right-aligned text, or "" when absent: the grid paints a missing number as a
-    grey "None". Padded to ``width`` so the text sorts in numeric order."""
-    return "" if value is None else format(value, fmt_).rjust(width)
-
-
 def config_label(c: ev.EvalConfig) -> str:
     t = f"{default_threshold:.2f}" if c.threshold is None else f"{c.threshold:.2f}"
     kw = "" if c.mode != "hybrid" else (
@@ -276,13 +270,13 @@ def show_ranking() -> None:
         key=lambda r: (getattr(r, order_key) is None, getattr(r, order_key) or 0),
     )
     table = pd.DataFrame([
-        {"returned": blank_or(returned.get(r.chunk_id), "d", 3),
+        {"returned": fmt.sortable_number(returned.get(r.chunk_id), "d", 3),
          "document": r.document_name,
          "page": fmt.page_label(r.page_start, r.page_end, r.mime).split(" ", 1)[-1],
          "hybrid score": round(r.fused, 4), "hybrid rank": r.fused_rank,
          "cosine": round(r.cosine, 4), "meaning rank": r.dense_rank,
-         "bm25": blank_or(r.bm25 if r.lexical_rank else None, ".2f", 9),
-         "keyword rank": blank_or(r.lexical_rank, "d", 4),
+         "bm25": fmt.sortable_number(r.bm25 if r.lexical_rank else None, ".2f", 9),
+         "keyword rank": fmt.sortable_number(r.lexical_rank, "d", 4),
          "passes": r.passes,
          "excerpt": make_excerpt(r.content, 160),
          "chunk_id": r.chunk_id}
