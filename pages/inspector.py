@@ -1,6 +1,6 @@
 """Retrieval Inspector: why each passage ranked for a question, the settings Chat retrieves with
 ("Apply to Chat"), and the retrieval lab: question sets, evaluation, sweeps, saved
-configurations and A/B comparison, passage size. Layout only; the work is Workspace.lab's."""
+configurations and A/B comparison, passage size. Layout only; the work is RetrievalLab's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import streamlit as st
 from marginalia_app import presentation as fmt
 from marginalia_app.charts import histogram, sweep_chart, weight_chart
 from marginalia_app.ingest_view import watch
-from marginalia_app.shell import DOCUMENTS_PAGE, page
+from marginalia_app.shell import DOCUMENTS_PAGE, page, retrieval_lab
 from marginalia_core.config import RETRIEVAL_MODES
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.chunking import effective_overlap
@@ -26,7 +26,7 @@ from marginalia_core.workspace import Workspace
 ws = page()
 settings = ws.settings
 state = st.session_state
-lab = ws.lab
+lab = retrieval_lab(ws)
 
 MODE_LABELS = {"hybrid": "Meaning + keywords", "dense": "Meaning only", "lexical": "Keywords only"}
 MODE_HELP = (
@@ -194,7 +194,7 @@ remember()
 
 current = ev.EvalConfig(mode=mode, threshold=float(threshold), top_k=top_k,
                         alpha=alpha if mode == "hybrid" else applied.alpha,
-                        chunk_target=target, chunk_overlap=overlap, embedder=ws.lab.embedder_key())
+                        chunk_target=target, chunk_overlap=overlap, embedder=lab.embedder_key())
 
 
 def effective(c: ev.EvalConfig) -> tuple:
@@ -243,7 +243,7 @@ def show_ranking() -> None:
     if not q:
         st.caption("Type a question to see how every passage scores.")
         return
-    rows = score_rows(q, generation, ws.lab.embedder_key(), ws)
+    rows = score_rows(q, generation, lab.embedder_key(), ws)
     df = pd.DataFrame(rows)
     df["passes"] = df["score"] >= threshold
     hits = lab.search(q, k=top_k, threshold=threshold, mode=mode, alpha=alpha)
