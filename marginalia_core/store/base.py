@@ -225,6 +225,10 @@ class LibraryStore(LexicalSource, Protocol):
 
     def save_library_settings(self, values: dict[str, Any]) -> None: ...
 
+    def library_value(self, key: str) -> Any: ...
+
+    def set_library_value(self, key: str, value: Any) -> None: ...
+
 
 @runtime_checkable
 class DatabaseRanking(Protocol):

@@ -27,6 +27,7 @@ from marginalia_core.store.rows import new_id, now_iso
 
 # A chunk matches a span judgment when they share at least this share of the shorter of the two
 SPAN_OVERLAP = 0.5
+# library_settings rows that are not retrieval settings: "Apply to Chat" leaves them alone
 _PAGES = re.compile(r"^\s*(\d+)\s*(?:[-–]\s*(\d+))?\s*$")
 
 
