@@ -206,7 +206,7 @@ def _search_line(ws: Workspace, query: str) -> dict[str, Any]:
     return {
         "type": "hits",
         "query": query,
-        "mode": ws.settings.retrieval_mode,
+        "mode": ws.settings.retrieval.mode,
         "threshold": ws.retriever.threshold,
         "hits": ws.sources(ws.search(query)),
     }
