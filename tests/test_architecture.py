@@ -13,7 +13,8 @@ BASE = {"config", "errors", "events", "citations", "registry", "__init__"}
 # lower number = lower layer; a module may import its own layer and those below
 LAYERS = {"base": 0, "store": 1, "providers": 2, "retrieval": 3, "ingest": 3, "chat": 4,
           "top": 5}
-TOP = {"workspace", "cli", "lab", "__main__"}
+# api/: the HTTP API and the MCP server, surfaces beside the CLI
+TOP = {"workspace", "cli", "lab", "__main__", "api"}
 
 
 def layer_of(dotted: str) -> str:
