@@ -153,6 +153,7 @@ def test_documents_conversations_search_and_deletes(served):
         full = client.get(f"/api/conversations/{conv}").json()
         assert [m["role"] for m in full["messages"]] == ["user", "assistant"] * 2
         assert full["messages"][1]["sources"] and "documentName" in full["messages"][1]["sources"][0]
+        assert "support" in full["messages"][1]  # saved with the answer (the answers issue)
 
         assert client.delete(f"/api/conversations/{conv}").json() == {"type": "done",
                                                                       "deleted": conv}

@@ -68,6 +68,8 @@ async def _exercise(client: Client) -> dict[str, Any]:
     assert all(s["documentName"] == "a-short-history-of-marginalia.md"
                for s in answer["sources"])
     assert answer["conversationId"] and answer["messageId"]
+    # per-sentence support (the answers issue) passes through: each marked sentence, its marks
+    assert answer["support"] and all(set(s["marks"]) <= marks for s in answer["support"])
 
     follow = _data(await client.call_tool("ask", {
         "question": "and when was it proved?", "conversation_id": answer["conversationId"]}))
