@@ -113,7 +113,6 @@ def main() -> int:
     chats = args.chats or (2 if args.quick else 8)
     uploads = args.uploads if args.uploads is not None else (1 if args.quick else 2)
     baseline = args.baseline or (3 if args.quick else 10)
-    rng = random.Random(SEED)
 
     with tempfile.TemporaryDirectory(prefix="marginalia-load-") as tmp:
         db = Path(tmp) / "load.db"

@@ -430,3 +430,30 @@ def test_token_comparison():
     assert token_matches(f"bearer  {TOKEN} ", TOKEN)
     for header in (None, "", TOKEN, f"Basic {TOKEN}", f"Bearer {TOKEN}x", "Bearer "):
         assert not token_matches(header, TOKEN), header
+
+
+def test_model_service_failures_end_the_stream_and_never_show_the_key(fake_openai, tmp_path):
+    from fake_openai import EMBED_MODEL
+
+    secret = "sk-api-test-very-secret-0042"
+    env = server_env(tmp_path / "key.db", **fake_openai.env(OPENAI_API_KEY=secret))
+    with ApiServer(env) as server, server.client() as client:
+        with client.stream("POST", "/api/documents", files={"file": (
+                "vellum.txt", b"Vellum is calf skin prepared for writing.")}) as response:
+            assert ndjson(response)[-1]["type"] == "done"
+        fake_openai.set_models([EMBED_MODEL])  # the chat model is gone
+        with client.stream("POST", "/api/chat", json={"message": "What is vellum?"}) as r:
+            body = r.read().decode()
+        lines = [json.loads(x) for x in body.splitlines()]
+        assert lines[0]["type"] == "meta" and lines[-1]["type"] == "error"
+        assert "not available" in lines[-1]["message"]
+        fake_openai.set_models(None)
+        fake_openai.require_key("another-key")  # the server rejects ours
+        with client.stream("POST", "/api/chat", json={"message": "What is vellum?"}) as r:
+            rejected = r.read().decode()
+        health = client.get("/api/health").text
+        log = server.log()
+        assert client.get("/api/conversations").json() == []  # nothing saved
+    assert "error" in rejected
+    for text in (body, rejected, health, log):
+        assert secret not in text
