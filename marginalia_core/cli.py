@@ -133,6 +133,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", metavar="ID")
     _common(p)
     p = sub.add_parser(
+        "serve",
+        help="the HTTP API (NDJSON streams, OpenAPI at /docs); --mcp adds the MCP server at /mcp",
+        description="Serve the library over HTTP. Without MARGINALIA_API_TOKEN only this "
+        "machine (127.0.0.1) may listen; with it every request needs 'Authorization: Bearer "
+        "<token>'. MARGINALIA_API_CORS lists browser origins allowed (comma separated).",
+    )
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; another needs a token)")
+    p.add_argument("--port", type=int, default=8502, help="port (default 8502)")
+    p.add_argument("--mcp", action="store_true", help="also serve MCP (streamable HTTP) at /mcp")
+    p.add_argument("--log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    _common(p)
+    p = sub.add_parser("mcp", help="the MCP server on stdio, for an MCP host (Claude Desktop, ...)")
+    _common(p)
+    p = sub.add_parser(
         "migrate-store",
         help="copy the SQLite library (--db) into an empty PostgreSQL database, then verify it",
     )
@@ -161,7 +177,7 @@ def _workspace(args: argparse.Namespace) -> Workspace:
         answerer=args.answerer,
         top_k=args.k,
         threshold=args.threshold,
-        retrieval_mode=args.mode,
+        mode=args.mode,
         chunk_target=getattr(args, "target", None),
         chunk_overlap=getattr(args, "overlap", None),
     )
@@ -202,16 +218,6 @@ def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
     return _stream(ws.ingest_files(args.files, password=_password(args)), out, err, "refused")
 
 
-def _search_line(ws: Workspace, query: str) -> dict[str, Any]:
-    return {
-        "type": "hits",
-        "query": query,
-        "mode": ws.settings.retrieval.mode,
-        "threshold": ws.retriever.threshold,
-        "hits": ws.sources(ws.search(query)),
-    }
-
-
 def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     problem = ws.mismatch()
     if problem:
@@ -221,7 +227,7 @@ def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
     )
     for query in queries:
         if query.strip():
-            _emit(_search_line(ws, query), out)
+            _emit(ws.search_result(query), out)
     return EXIT_OK
 
 
@@ -423,7 +429,23 @@ def cmd_migrate_store(ws: Workspace, args: argparse.Namespace, out: TextIO, err:
     return EXIT_OK
 
 
+def cmd_serve(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from marginalia_core.api.server import serve
+
+    serve(ws, host=args.host, port=args.port, mcp=args.mcp, log_level=args.log_level, err=err)
+    return EXIT_OK
+
+
+def cmd_mcp(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from marginalia_core.api.server import serve_mcp_stdio
+
+    serve_mcp_stdio(ws)
+    return EXIT_OK
+
+
 COMMANDS = {
+    "serve": cmd_serve,
+    "mcp": cmd_mcp,
     "migrate-store": cmd_migrate_store,
     "eval": cmd_eval,
     "qsets": cmd_qsets,

@@ -349,6 +349,14 @@ class Workspace:
                 continue
             yield from self.job_queue.run_inline([Upload(name, data)], password=password)
 
+    def ingest_uploads(
+        self, uploads: Iterable[Upload], *, password: str | None = None
+    ) -> Iterator[events.IngestEvent]:
+        """Index uploaded files now, in this thread, as recorded jobs (the HTTP API), one after
+        the other: ``uploads`` may read each file lazily, so one file's bytes are held at once."""
+        for upload in uploads:
+            yield from self.job_queue.run_inline([upload], password=password)
+
     def is_searchable(self, document: dict[str, Any]) -> bool:
         """Indexed by the active embedder, so it takes part in search."""
         return self.retriever.is_searchable(document)
@@ -443,6 +451,35 @@ class Workspace:
             query, k=k, threshold=threshold, mode=mode, alpha=alpha,
             documents=None if documents is None else list(documents),
         )
+
+    def search_result(
+        self, query: str, *, k: int | None = None, mode: str | None = None
+    ) -> dict[str, Any]:
+        """One query's ``hits`` record as the CLI prints it and the API returns it: the query,
+        the mode and threshold in force, and the hits numbered as sources."""
+        if mode is not None and mode not in RETRIEVAL_MODES:
+            raise InvalidInputError(f"mode must be one of {', '.join(RETRIEVAL_MODES)}")
+        hits = self.search(query, k=k, mode=mode)
+        return {
+            "type": "hits",
+            "query": query,
+            "mode": mode or self.settings.retrieval.mode,
+            "threshold": self.retriever.threshold,
+            "hits": self.sources(hits),
+        }
+
+    def passage(self, chunk_id: int) -> dict[str, Any]:
+        """One stored passage by its chunk id (a source's ``chunk_id``): its document, index,
+        pages and full text; ``NotFoundError`` when there is none (its document was deleted)."""
+        row = self.store.chunks_by_ids([int(chunk_id)]).get(int(chunk_id))
+        if row is None:
+            raise NotFoundError(f"No passage with chunk id {chunk_id}.")
+        return {
+            "chunk_id": row["id"], "document_id": row["document_id"],
+            "document_name": row["document_name"], "idx": row["idx"],
+            "page": row["page_start"], "page_end": row["page_end"], "content": row["content"],
+            "ocr": bool(row.get("ocr")),
+        }
 
     def sources(self, hits: list[Hit]) -> list[events.Source]:
         """Hits numbered from 1 as the sources of an answer."""
