@@ -10,6 +10,8 @@ from marginalia_core.config import Settings
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path, safe_name
 from marginalia_core.providers.embeddings.gemini import GeminiEmbedder
 
+pytestmark = pytest.mark.both_backends
+
 TEXT = (
     "Marginalia are notes written in the margins of a book.\n\n"
     "Medieval scribes added glosses beside the text. " * 40

@@ -10,6 +10,8 @@ from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.ranking import Scored
 from marginalia_core.retrieval.retriever import cosine_lookup
 
+pytestmark = pytest.mark.both_backends
+
 DOCS = {
     "bees.md": "Honey bees communicate the location of flowers with a waggle dance. "
     "The angle of the dance encodes the direction relative to the sun.",
