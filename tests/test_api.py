@@ -482,3 +482,22 @@ def test_the_api_serves_a_postgresql_library_too(pg_database, tmp_path):
         assert client.get(f"/api/conversations/{conv}").json()["messages"][1]["id"] == \
             events[-1]["messageId"]
     assert not (tmp_path / "unused.db").exists()  # the URL, not the file, held the library
+
+
+def test_an_encrypted_pdf_is_refused_then_indexed_with_its_password(served):
+    from conftest import PDFS
+
+    path = PDFS / "sf__libreoffice-writer-password.pdf"  # password in ../shared/eval MANIFEST
+    if not path.exists():
+        pytest.skip(f"{path} is not present (../shared/eval is read-only shared data)")
+    with served.client() as client:
+        files = {"file": (path.name, path.read_bytes(), "application/pdf")}
+        locked = client.post("/api/documents", files=files)
+        assert locked.status_code == 422 and locked.json()["reason"] == "encrypted"
+        wrong = client.post("/api/documents", files=files, data={"password": "not-it-4471"})
+        assert wrong.status_code == 422 and wrong.json()["reason"] == "wrong_password"
+        with client.stream("POST", "/api/documents", files=files,
+                           data={"password": "openpassword"}) as response:
+            end = ndjson(response)[-1]
+        assert end["type"] == "done" and end["document"]["pageCount"] >= 1
+    assert "openpassword" not in served.log() and "not-it-4471" not in served.log()
