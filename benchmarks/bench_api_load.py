@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -114,6 +115,7 @@ def main() -> int:
     uploads = args.uploads if args.uploads is not None else (1 if args.quick else 2)
     baseline = args.baseline or (3 if args.quick else 10)
 
+    load_before = os.getloadavg()[0]  # other jobs on this machine share its 2 cores
     with tempfile.TemporaryDirectory(prefix="marginalia-load-") as tmp:
         db = Path(tmp) / "load.db"
         env = api_server.server_env(db)
@@ -203,7 +205,9 @@ def main() -> int:
         "setup": {"seconds": seconds, "chat_streams": chats, "upload_workers": uploads,
                   "baseline_questions": baseline, "mode": "offline (local + extractive)",
                   "library": "samples/ (3 documents) + the load's uploads",
-                  "load_wall_s": round(load_wall, 2)},
+                  "load_wall_s": round(load_wall, 2),
+                  "loadavg_1m_before_after": [round(load_before, 2),
+                                              round(os.getloadavg()[0], 2)]},
         "load": {
             "chats": len(chat_runs), "chats_per_s": round(len(chat_runs) / load_wall, 2),
             "uploads": len(upload_runs), "errors": len(failures) + len(bad_chats),

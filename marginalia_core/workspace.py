@@ -453,13 +453,16 @@ class Workspace:
         )
 
     def search_result(
-        self, query: str, *, k: int | None = None, mode: str | None = None
+        self, query: str, *, k: int | None = None, mode: str | None = None,
+        documents: Iterable[str] | None = None,
     ) -> dict[str, Any]:
         """One query's ``hits`` record as the CLI prints it and the API returns it: the query,
-        the mode and threshold in force, and the hits numbered as sources."""
+        the mode and threshold in force, and the hits numbered as sources (``documents``: only
+        those; an unknown id is refused with ``NotFoundError``)."""
         if mode is not None and mode not in RETRIEVAL_MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(RETRIEVAL_MODES)}")
-        hits = self.search(query, k=k, mode=mode)
+        scope = self.chat.checked_documents(list(documents or ()))
+        hits = self.search(query, k=k, mode=mode, documents=scope)
         return {
             "type": "hits",
             "query": query,

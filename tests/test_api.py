@@ -133,6 +133,12 @@ def test_documents_conversations_search_and_deletes(served):
         assert hits["type"] == "hits" and hits["mode"] == "hybrid" and len(hits["hits"]) == 2
         assert hits["hits"][0]["documentName"] == "a-short-history-of-marginalia.md"
         assert client.get("/api/search", params={"q": "x", "mode": "psychic"}).status_code == 422
+        other = by_name["how-marginalia-works.md"]["id"]
+        scoped = client.get("/api/search", params={"q": "Fermat margin note",
+                                                   "documentId": other}).json()
+        assert {h["documentId"] for h in scoped["hits"]} <= {other}
+        assert client.get("/api/search", params={"q": "x", "documentId": "nope"}).status_code \
+            == 404
 
         # a conversation limited to one document, then a follow-up in it
         only = by_name["how-marginalia-works.md"]["id"]
@@ -457,3 +463,41 @@ def test_model_service_failures_end_the_stream_and_never_show_the_key(fake_opena
     assert "error" in rejected
     for text in (body, rejected, health, log):
         assert secret not in text
+
+
+def test_the_api_serves_a_postgresql_library_too(pg_database, tmp_path):
+    env = server_env(tmp_path / "unused.db", MARGINALIA_DATABASE_URL=pg_database)
+    with ApiServer(env) as server, server.client() as client:
+        health = client.get("/api/health").json()
+        assert health["db"].startswith("postgresql://")
+        with client.stream("POST", "/api/documents", files={"file": (
+                "a-short-history-of-marginalia.md",
+                (SAMPLES / "a-short-history-of-marginalia.md").read_bytes())}) as r:
+            assert ndjson(r)[-1]["type"] == "done"
+        with client.stream("POST", "/api/chat", json={"message": FERMAT}) as r:
+            events = ndjson(r)
+        assert events[0]["type"] == "meta" and events[-1]["type"] == "done"
+        assert "Fermat" in events[-1]["answer"]
+        conv = events[-1]["conversationId"]
+        assert client.get(f"/api/conversations/{conv}").json()["messages"][1]["id"] == \
+            events[-1]["messageId"]
+    assert not (tmp_path / "unused.db").exists()  # the URL, not the file, held the library
+
+
+def test_an_encrypted_pdf_is_refused_then_indexed_with_its_password(served):
+    from conftest import PDFS
+
+    path = PDFS / "sf__libreoffice-writer-password.pdf"  # password in ../shared/eval MANIFEST
+    if not path.exists():
+        pytest.skip(f"{path} is not present (../shared/eval is read-only shared data)")
+    with served.client() as client:
+        files = {"file": (path.name, path.read_bytes(), "application/pdf")}
+        locked = client.post("/api/documents", files=files)
+        assert locked.status_code == 422 and locked.json()["reason"] == "encrypted"
+        wrong = client.post("/api/documents", files=files, data={"password": "not-it-4471"})
+        assert wrong.status_code == 422 and wrong.json()["reason"] == "wrong_password"
+        with client.stream("POST", "/api/documents", files=files,
+                           data={"password": "openpassword"}) as response:
+            end = ndjson(response)[-1]
+        assert end["type"] == "done" and end["document"]["pageCount"] >= 1
+    assert "openpassword" not in served.log() and "not-it-4471" not in served.log()

@@ -75,6 +75,10 @@ async def _exercise(client: Client) -> dict[str, Any]:
         "question": "and when was it proved?", "conversation_id": answer["conversationId"]}))
     assert follow["conversationId"] == answer["conversationId"]
 
+    other = _data(await client.call_tool("search", {
+        "query": "Fermat margin note", "document_ids": [answer["sources"][0]["documentId"]]}))
+    assert {h["documentId"] for h in other["hits"]} == {answer["sources"][0]["documentId"]}
+
     passage = _data(await client.call_tool("get_passage", {"chunk_id": top["chunkId"]}))
     assert passage["documentName"] == top["documentName"] and "Fermat" in passage["content"]
 

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -58,9 +58,9 @@ class ChatRequest(BaseModel):
     its content type, so ``curl -d`` works)."""
 
     message: str = Field(description="the question")
-    conversationId: str | None = Field(  # noqa: N815 - the wire form
+    conversationId: str | None = Field(  # the wire form: camelCase
         None, description="continue this conversation (its history and document choice)")
-    documentIds: list[str] | None = Field(  # noqa: N815
+    documentIds: list[str] | None = Field(
         None, description="search only these documents, kept on the conversation; [] = all "
         "again; omitted = the conversation's own choice")
 
@@ -169,12 +169,14 @@ def create_app(
         q: str = Query(..., min_length=1, description="the query"),
         k: int | None = Query(None, ge=1, le=MAX_SEARCH_K, description="passages to return"),
         mode: str | None = Query(None, description=f"one of {', '.join(RETRIEVAL_MODES)}"),
+        documentId: Annotated[list[str] | None, Query(  # the wire form: camelCase
+            description="search only these documents (repeatable)")] = None,
     ) -> dict[str, Any]:
         """Ranked passages for ``q``: the CLI's ``hits`` line (query, mode, threshold, hits as
         Sources)."""
         if not q.strip():
             raise InvalidInputError("The query is empty.")
-        return events.to_wire(ws.search_result(q, k=k, mode=mode))
+        return events.to_wire(ws.search_result(q, k=k, mode=mode, documents=documentId))
 
     # ------------------------------------------------------------------ documents
 

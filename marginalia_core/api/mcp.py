@@ -42,15 +42,19 @@ def build_mcp_server(ws: Workspace) -> MCPServer:
         "hits}: the hits best first, each with n (rank), documentName, documentId, page and "
         "pageEnd (1-based; a text file is page 1), score (cosine similarity 0-1), excerpt, "
         "and chunkId (pass it to get_passage for the full text). `k`: how many (default the "
-        "library's, 6); `mode`: hybrid (default), dense or lexical."
+        "library's, 6); `mode`: hybrid (default), dense or lexical; `document_ids`: search "
+        "only those documents (ids from list_documents)."
     ))
-    def search(query: str, k: int | None = None, mode: str | None = None) -> dict[str, Any]:
+    def search(
+        query: str, k: int | None = None, mode: str | None = None,
+        document_ids: list[str] | None = None,
+    ) -> dict[str, Any]:
         if not query.strip():
             raise ToolError("The query is empty.")
         if k is not None and not 1 <= k <= MAX_K:
             raise ToolError(f"k must be between 1 and {MAX_K}.")
         try:
-            result = ws.search_result(query, k=k, mode=mode)
+            result = ws.search_result(query, k=k, mode=mode, documents=document_ids)
         except MarginaliaError as exc:
             raise ToolError(exc.message) from None
         return {**events.to_wire({k_: v for k_, v in result.items() if k_ != "hits"}),
