@@ -1,15 +1,22 @@
-"""Second-stage rerank of the fused top passages by the local embedder over sentence windows.
+"""The rerank step of retrieval (candidates -> fuse -> threshold -> **rerank** -> top-k ->
+text): a small interface, chosen by ``RetrievalConfig.reranker`` and registered by name like the
+embedders and answerers, so a reranker reaches Chat, the Inspector and the metrics at once.
 
-A passage is embedded once, as a whole, and the small embedder reads only its first 256
-tokens (about 1,000 of a passage's 1,400 characters); one vector for ten sentences also blurs
-the one sentence a question asks about. The rerank splits each of the fused top ``DEPTH``
-passages into short windows of consecutive sentences, embeds them, and takes the best cosine of
-the question against them ("max-sim"). The passage's new score mixes that with its fused score:
+A reranker reorders (or drops) the passages that passed the threshold, before the top k is
+taken; it must not depend on k (the metrics rank past it). ``passages(ids)`` gives their stored
+rows (``content``, ``document_name``, pages, offsets) without another query when the caller
+already holds them (an evaluation).
 
-    (1 - WEIGHT) * fused / max(fused) + WEIGHT * maxsim / max(maxsim)      (over the top DEPTH)
-
-Passages below the top DEPTH keep their order after them. Window vectors are memoised by text
-(``WindowCache``), so a passage asked about again costs nothing.
+``sentences`` (issue 23): a passage is embedded once, as a whole, and the small local embedder
+reads only its first 256 tokens (about 1,000 of a passage's 1,400 characters); one vector for
+ten sentences also blurs the one sentence a question asks about. ``SentenceWindows`` splits each
+of the top ``DEPTH`` passages into short windows of consecutive sentences, embeds them, and
+takes the question's best cosine against them ("max-sim"); the passage's dense score becomes
+``(1 - WEIGHT) * cosine + WEIGHT * best window`` and the top passages are fused again (so the
+per-query dense weight sees how peaked the window scores are). Window vectors are memoised by
+text (``WindowCache``), so a passage asked about again costs nothing. Chosen on the tune splits
+(benchmarks/rerank_lab.py); what it gains held out and what it costs per question:
+benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from marginalia_core.config import NO_RERANKER
+from marginalia_core.registry import resolve
 from marginalia_core.retrieval import lexical
 
 if TYPE_CHECKING:
@@ -29,6 +38,8 @@ if TYPE_CHECKING:
     from marginalia_core.retrieval.retriever import RankedChunk
 
 Passages = Callable[[Sequence[int]], Mapping[int, Mapping[str, Any]]]
+
+SENTENCE_RERANKER = "sentences"
 
 DEPTH = 10  # fused passages reranked (tune splits: 6-20 within 0.01 of each other)
 WEIGHT = 0.5  # share of the best window's cosine in a reranked passage's dense score
@@ -39,6 +50,41 @@ CACHE_WINDOWS = 20_000  # window vectors memoised (384 floats each: ~30 MB)
 STEM = 6  # words compare by their first 6 letters, as the phrase bonus does (any language)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?;])[\"'”’)\]]*\s+|\n\s*\n")
+
+
+class Reranker(Protocol):
+    """Built once per retriever with its embedder: ``cls(embedder)``."""
+
+    def rerank(
+        self, query: str, ranked: Sequence[RankedChunk], passages: Passages
+    ) -> list[RankedChunk]: ...
+
+
+class KeepOrder:
+    """No reranking: the fused (or single-list) order stands. The default."""
+
+    def __init__(self, embedder: Embedder | None = None):
+        self.embedder = embedder
+
+    def rerank(
+        self, query: str, ranked: Sequence[RankedChunk], passages: Passages
+    ) -> list[RankedChunk]:
+        return list(ranked)
+
+
+# name -> class or "module:Class" (imported on first use)
+RERANKERS: dict[str, type | str] = {
+    NO_RERANKER: KeepOrder,
+    SENTENCE_RERANKER: "marginalia_core.retrieval.rerank:SentenceWindows",
+}
+
+
+def reranker_class(name: str) -> type:
+    return resolve(RERANKERS, name or NO_RERANKER, "reranker")
+
+
+def get_reranker(name: str, embedder: Embedder) -> Reranker:
+    return reranker_class(name)(embedder)
 
 
 def sentences(text: str) -> list[str]:

@@ -301,6 +301,13 @@ def m012_library_token(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m013_message_support(conn: sqlite3.Connection) -> None:
+    """An answer's per-sentence citation check (``chat.support``), saved with it as a JSON list
+    of {sentence, marks, score, supported}; NULL for answers saved before the check existed."""
+    conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:
     the upgrade holds the write lock from reading what is pending to recording what it applied."""

@@ -31,8 +31,10 @@ from psycopg import sql
 from marginalia_core.config import mask_url
 from marginalia_core.errors import NotFoundError
 from marginalia_core.store.base import ChunkRecord
+from marginalia_core.store.job_table import JobTable
+from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import run_statements
-from marginalia_core.store.sqlite import (
+from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
     VECTOR_DTYPE,
@@ -264,6 +266,12 @@ def p005_fold_diacritics(conn: psycopg.Connection) -> None:
     )
 
 
+@pg_migration
+def p006_message_support(conn: psycopg.Connection) -> None:
+    """SQLite's m013: an answer's per-sentence citation check, JSON text (NULL: unchecked)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
+
 def _document(row: dict[str, Any]) -> dict[str, Any]:
     """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
     row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
@@ -397,7 +405,7 @@ def hnsw_index_name(key: str) -> str:
     return "chunks_hnsw_" + hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
-class PostgresStore:
+class PostgresStore(JobTable, LibrarySettingsTable):
     """Data access for one PostgreSQL database. Cheap to share between threads (one connection
     per thread); any number of processes may open the same database."""
 
@@ -1056,6 +1064,7 @@ class PostgresStore:
         *,
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
+        support: Sequence[dict[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A question with its complete answer (creating the conversation if new), one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
@@ -1076,7 +1085,7 @@ class PostgresStore:
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query
+                conversation_id, "assistant", answer, sources, query=query, support=support
             )
         return user, assistant
 
@@ -1088,8 +1097,10 @@ class PostgresStore:
         sources: Sequence[dict[str, Any]],
         *,
         query: str | None = None,
+        support: Sequence[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """Insert a message inside an open ``write()`` transaction and touch its conversation."""
+        """Insert a message inside an open ``write()`` transaction and touch its conversation.
+        ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         raw = self.raw
         stamp = now_iso()
         msg = {
@@ -1100,21 +1111,24 @@ class PostgresStore:
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
             "query": query,
+            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
         }
         raw.execute(
-            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query) "
-            "VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
-            "%(created)s, %(query)s)",
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
+            "support) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
+            "%(created)s, %(query)s, %(support)s)",
             msg,
         )
         raw.execute(
             "UPDATE conversations SET updated = %s WHERE id = %s", (stamp, conversation_id)
         )
-        return {**msg, "sources": list(sources)}
+        return {**msg, "sources": list(sources),
+                "support": None if support is None else list(support)}
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         query = (
-            "SELECT id, conversation_id, role, content, sources, created, query FROM messages "
+            "SELECT id, conversation_id, role, content, sources, created, query, support "
+            "FROM messages "
             "WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
         )
         params: list[Any] = [conversation_id]
@@ -1125,6 +1139,7 @@ class PostgresStore:
         out = []
         for item in reversed(rows):
             item["sources"] = json.loads(item["sources"] or "[]")
+            item["support"] = None if item["support"] is None else json.loads(item["support"])
             out.append(item)
         return out
 
