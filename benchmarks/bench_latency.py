@@ -8,6 +8,9 @@ Two assemblies, both built by ``Workspace`` exactly as the app and the CLI build
 settings (hybrid retrieval, TOP_K 6, the embedder's threshold):
 
 - ``offline``: the local MiniLM embedder + the extractive answerer;
+- ``offline_rerank`` (``--modes offline,offline_rerank``): offline with the sentence-window
+  rerank (``RetrievalConfig.reranker = "sentences"``, issue 23), on the same questions, so what
+  the rerank adds to question -> meta and -> first token is read beside ``offline``;
 - ``gemini``: the Gemini embedder + the Gemini answerer against the fake Gemini server
   (tests/fake_gemini.py as it ships, no injected latency: this is the client-side cost — SDK,
   HTTP on loopback, JSON — that a real network round trip adds to), at threshold 0.05 because
@@ -41,6 +44,7 @@ from marginalia_core.ingest.pipeline import ingest_bytes
 from marginalia_core.workspace import Workspace
 
 SEED = 7
+RERANKER = "sentences"  # the offline_rerank mode's RetrievalConfig.reranker
 FAKE_THRESHOLD = 0.05
 
 
@@ -125,6 +129,13 @@ def main() -> int:
             res["modes"]["offline"] = run_mode("offline", s, article, qs)
             C.log(f"[latency] offline: meta p50 {res['modes']['offline']['to_meta']['p50_ms']} ms, "
                   f"first token p50 {res['modes']['offline']['to_first_token']['p50_ms']} ms")
+        if "offline_rerank" in modes:  # issue 23: the same, with the sentence-window rerank
+            s = Settings(db_path=str(tmp / "offline-rerank.db"), embedder="local",
+                         answerer="extractive").with_overrides(reranker=RERANKER)
+            res["modes"]["offline_rerank"] = r = run_mode("offline", s, article, qs)
+            r["reranker"] = RERANKER
+            C.log(f"[latency] offline_rerank: meta p50 {r['to_meta']['p50_ms']} ms, "
+                  f"first token p50 {r['to_first_token']['p50_ms']} ms")
         if "gemini" in modes:
             fake_gemini = C.test_helper("fake_gemini")
 

@@ -43,6 +43,7 @@ from marginalia_core.ingest.chunking import OVERLAP, TARGET, chunk_text  # noqa:
 from marginalia_core.providers.embeddings.local import LocalEmbedder  # noqa: E402
 from marginalia_core.retrieval import evaluation as ev  # noqa: E402
 from marginalia_core.retrieval import lexical  # noqa: E402
+from marginalia_core.retrieval import rerank  # noqa: E402
 from marginalia_core.retrieval.retriever import RankedChunk, Retriever, hits_from  # noqa: E402
 from marginalia_core.store.question_sets import (  # noqa: E402
     Judgment,
@@ -343,6 +344,15 @@ def run(args) -> dict:
                 ev.evaluate_prepared(
                 retriever, prepared, ev.EvalConfig("hybrid", top_k=TOP_K)),
         }
+        if not args.no_rerank:  # issue 23: the sentence-window rerank, beside the rows above
+            for mode in ("dense", "hybrid"):
+                t_r = time.perf_counter()
+                rows[f"{mode} + sentence-window rerank (reranker {rerank.SENTENCE_RERANKER!r}: "
+                     f"top {rerank.DEPTH}, window weight {rerank.WEIGHT})"] = ev.evaluate_prepared(
+                    retriever, prepared, ev.EvalConfig(mode, top_k=TOP_K,
+                                                       reranker=rerank.SENTENCE_RERANKER))
+                print(f"{name}: {mode} rerank {time.perf_counter() - t_r:.0f} s", file=sys.stderr,
+                      flush=True)
         rows = {k: v.metrics for k, v in rows.items()}
         timing = _timing(retriever, [q.text for q in qset.questions[:TIMED_QUERIES]])
         out[name] = {
@@ -389,6 +399,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", choices=list(DATASETS))
     ap.add_argument("--dump", action="store_true", help="pickle the prepared candidates")
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--no-rerank", action="store_true",
+                    help="skip the sentence-window rerank rows (they embed sentence windows)")
+    ap.add_argument("--key", help="results key (default: the split)")
     ap.add_argument("--no-cli", action="store_true",
                     help="skip re-measuring SciFact through `marginalia_core eval`")
     args = ap.parse_args(argv)
@@ -398,7 +411,7 @@ def main(argv=None) -> int:
     if not args.no_save:
         path = RESULTS / "retrieval_lab.json"
         stored = json.loads(path.read_text()) if path.exists() else {}
-        stored[args.split] = {**C.provenance(), "command": command.strip(), "datasets": res,
+        stored[args.key or args.split] = {**C.provenance(), "command": command.strip(), "datasets": res,
                               "seconds": round(time.perf_counter() - t0, 1),
                               "load_average": os.getloadavg()}
         path.write_text(json.dumps(stored, indent=1) + "\n")
@@ -406,9 +419,8 @@ def main(argv=None) -> int:
               f"Top {TOP_K} passages, no threshold (order only). MRR@{TOP_K} / recall@{TOP_K} "
               "count the first relevant unit in the top k; nDCG@10 over the first 10 units "
               "(documents for SciFact, passages otherwise).", ""]
-        for split in ("heldout", "tune"):
-            if split in stored:
-                md.append(markdown(stored[split]["datasets"], split, stored[split]["command"]))
+        for split in sorted(stored, key=lambda k: (k != args.key, k)):
+            md.append(markdown(stored[split]["datasets"], split, stored[split]["command"]))
         (RESULTS / "retrieval_lab.md").write_text("\n".join(md) + "\n")
     print(markdown(res, args.split, command))
     return 0

@@ -37,18 +37,6 @@ def test_short_pieces_join_a_neighbour():
         "Intro. The long sentence follows here and says a lot."]
 
 
-def test_combine_mixes_the_normalised_signals():
-    fused, sims = [1.0, 0.5, 0.25], [0.2, 0.8, 0.4]
-    only_fused = rerank.combine(fused, sims, 0.0)
-    assert list(np.argsort(-only_fused)) == [0, 1, 2]
-    only_sims = rerank.combine(fused, sims, 1.0)
-    assert list(np.argsort(-only_sims)) == [1, 2, 0]
-    mixed = rerank.combine(fused, sims, 0.5)
-    assert mixed[1] == pytest.approx(0.5 * 0.5 + 0.5 * 1.0)
-    mm = rerank.combine(fused, sims, 0.5, how="minmax")
-    assert mm.min() >= 0 and mm.max() <= 1
-
-
 def test_window_cache_embeds_each_text_once_and_forgets_the_oldest():
     calls: list[list[str]] = []
 
@@ -79,3 +67,37 @@ def test_maxsim_finds_the_answering_sentence_at_the_end_of_a_long_passage(local_
     # the whole-passage vector barely tells them apart; the best window does
     assert sims[0] - sims[1] > 0.2
     assert sims[0] - sims[1] > 3 * abs(float(whole[0] - whole[1]))
+
+
+KEEPER = ("The lighthouse keeper kept a diary of the weather and the ships that passed. "
+          + ("The committee met on Tuesday to review the annual accounts of the society. "
+             "Members discussed the budget for printing and the cost of renting the hall. ") * 3
+          + "Every morning at dawn the keeper fed the seabirds on the rocks below the tower.")
+HARBOUR = ("The harbour master counted the fishing boats at dawn and wrote the tides in his "
+           "book. ") * 4
+
+
+def test_the_sentences_reranker_reaches_chat_through_the_settings(workspace):
+    """Chosen by name (RetrievalConfig.reranker), the sentence-window rerank changes what Chat's
+    search returns: the whole-passage vector of the keeper's passage is mostly committee
+    minutes, so dense order puts the harbour passage first; the keeper's best window answers
+    the question and wins once windows count. Lexical order is left as it is."""
+    from marginalia_core.ingest.pipeline import ingest_bytes
+
+    for name, text in {"keeper.txt": KEEPER, "harbour.txt": HARBOUR}.items():
+        events = list(ingest_bytes(workspace.store, workspace.embedder, workspace.settings,
+                                   name, text.encode()))
+        assert events[-1]["type"] == "done"
+    question = "who fed the seabirds at dawn?"
+    list(workspace.apply_settings({"threshold": -1.0, "mode": "dense"}))
+    assert [h.document_name for h in workspace.search(question)] == ["harbour.txt", "keeper.txt"]
+    lexical_before = [h.chunk_id for h in workspace.search(question, mode="lexical")]
+
+    list(workspace.apply_settings({"reranker": rerank.SENTENCE_RERANKER}))
+    assert workspace.settings.retrieval.reranker == "sentences"
+    assert [h.document_name for h in workspace.search(question)] == ["keeper.txt", "harbour.txt"]
+    assert workspace.search(question, mode="hybrid")[0].document_name == "keeper.txt"
+    assert [h.chunk_id for h in workspace.search(question, mode="lexical")] == lexical_before
+    reranker = workspace.retriever.reranker(rerank.SENTENCE_RERANKER)
+    assert isinstance(reranker, rerank.SentenceWindows)
+    assert len(reranker.cache._vecs) >= 4  # the keeper's windows were embedded and memoised
