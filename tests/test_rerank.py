@@ -4,7 +4,6 @@ real local embedder preferring the passage whose one late sentence answers the q
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from marginalia_core.retrieval import rerank
 
