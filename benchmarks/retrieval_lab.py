@@ -42,10 +42,7 @@ from marginalia_core.config import Settings  # noqa: E402
 from marginalia_core.ingest.chunking import OVERLAP, TARGET, chunk_text  # noqa: E402
 from marginalia_core.providers.embeddings.local import LocalEmbedder  # noqa: E402
 from marginalia_core.retrieval import evaluation as ev  # noqa: E402
-from marginalia_core.retrieval import (
-    lexical,  # noqa: E402
-    rerank,  # noqa: E402
-)
+from marginalia_core.retrieval import lexical, rerank  # noqa: E402
 from marginalia_core.retrieval.retriever import RankedChunk, Retriever, hits_from  # noqa: E402
 from marginalia_core.store.question_sets import (  # noqa: E402
     Judgment,
