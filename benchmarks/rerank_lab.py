@@ -29,6 +29,7 @@ import retrieval_lab as L
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval import rerank as rr
+from marginalia_core.retrieval.retriever import hits_from
 
 K = L.TOP_K
 LIBRARIES = {
@@ -47,7 +48,7 @@ def load(name: str, split: str = "tune"):
 def metrics(prepared, orders) -> dict[str, float]:
     res = []
     for q, ranked in zip(prepared.qset.questions, orders, strict=True):
-        res.append(ev.score_question(q, ev._units(ranked, q, prepared.chunks), K))
+        res.append(ev.score_question(q, ev._units(hits_from(ranked, prepared.chunks), q), K))
     m = ev.summarize(res, K)
     return {"ndcg": m["ndcg@10"], "mrr": m[f"mrr@{K}"], "hit1": m["hit@1"]}
 
