@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marginalia_app import presentation as fmt
-from marginalia_core.citations import find_marks, has_pages  # noqa: F401 (pages use it)
+from marginalia_core.citations import find_marks
+from marginalia_core.ingest import formats
 from marginalia_core.ingest.page_images import PageRenderError
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MARKDOWN_MIMES = frozenset({"text/markdown", "text/x-markdown"})
 # Headings inside a margin card are kept small: h1 -> h4 ... h3+ -> h6.
 HEADING_BASE = 3
 MAX_HEADING = 6
@@ -40,7 +40,13 @@ ANCHOR_PREFIX = "src"
 
 
 def is_markdown(mime: str | None) -> bool:
-    return (mime or "").split(";")[0].strip().lower() in MARKDOWN_MIMES
+    """Passages of this format render as Markdown (Markdown, Word, slides, sheets, web...)."""
+    return formats.by_mime(mime).renders == "markdown"
+
+
+def has_pages(mime: str | None) -> bool:
+    """Passages of this format have a page to show (its original is rendered): PDFs."""
+    return formats.by_mime(mime).renders == "pdf"
 
 
 def anchor_id(scope: str, mid: str, n: int) -> str:
@@ -292,10 +298,10 @@ def passage_html(content: str, mime: str | None, sentences: Sequence[str] = ()) 
 def card_label(source: dict[str, Any], mime: str | None) -> str:
     """Plain text "[1] report.pdf · p. 3 · 82 %"; no page for text and markdown files."""
     parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
-    if has_pages(mime):
-        pages = fmt.page_label(source.get("page"), source.get("page_end"))
-        if pages:
-            parts.append(pages)
+    pages = fmt.page_label(source.get("page"), source.get("page_end"), mime,
+                           str(source.get("location") or ""))
+    if pages:
+        parts.append(pages)
     if source.get("score") is not None:
         parts.append(fmt.percent(source.get("score")))
     return " · ".join(parts)
@@ -373,16 +379,12 @@ def margin_html(groups: Sequence[str]) -> str:
     return f'<div class="mg-margin">{"".join(groups)}</div>'
 
 
-_SUFFIX_MIMES = {".md": "text/markdown", ".markdown": "text/markdown", ".pdf": "application/pdf"}
-
-
 def source_mime(source: dict[str, Any], mimes: dict[str, str]) -> str:
     """The mime of a source's document; guessed from its name once the document is gone."""
     mime = mimes.get(str(source.get("document_id", "")))
     if mime:
         return mime
-    name = str(source.get("document_name", "")).lower()
-    return next((m for suffix, m in _SUFFIX_MIMES.items() if name.endswith(suffix)), "text/plain")
+    return formats.mime_for_name(str(source.get("document_name", ""))) or "text/plain"
 
 
 def first_cited(answer: str, numbers: Sequence[int]) -> int | None:

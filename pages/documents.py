@@ -15,10 +15,10 @@ from marginalia_app.ingest_view import (
     render_results,
     watch,
 )
-from marginalia_app.passages import has_pages
 from marginalia_app.samples import samples_in_library
 from marginalia_app.shell import page
 from marginalia_core.errors import NotFoundError
+from marginalia_core.ingest import formats
 
 ws = page()
 settings = ws.settings
@@ -68,7 +68,7 @@ def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
 
 st.title("Documents", anchor=False)
 st.caption(
-    f"PDF, plain text and Markdown files, up to {settings.max_upload_mb:g} MB each. "
+    f"{formats.upload_help()}, up to {settings.max_upload_mb:g} MB each. "
     + ("Everything is kept in the shared PostgreSQL library."
        if settings.database_url else "Everything stays in one SQLite file on this computer.")
 )
@@ -95,7 +95,7 @@ if mismatch is not None:
 # ---- upload
 files = st.file_uploader(
     "Add documents",
-    type=["pdf", "txt", "md", "markdown"],
+    type=list(formats.UPLOAD_TYPES),
     accept_multiple_files=True,
     key=f"uploader-{state['uploader_generation']}",
     help="Choose or drop several files at once. Each is indexed on its own: one bad file "
@@ -162,8 +162,10 @@ table = pd.DataFrame(
             "Size": fmt.format_size(d["size"]),
             "Passages": d["chunk_count"],
             # blank (not a grey "None") for a text or Markdown file, which has no pages
-            "Pages": str(d["page_count"]) if has_pages(d["mime"]) else "",
-            "Text": fmt.ocr_label(d) or ("text layer" if has_pages(d["mime"]) else "text"),
+            "Pages": formats.extent(d["mime"], d["page_count"], formats.decode_units(
+                d.get("locations"), d["page_count"])),
+            "Text": fmt.ocr_label(d) or ("text layer" if formats.by_mime(d["mime"]).renders
+                                         == "pdf" else "text"),
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
             "Searchable": ws.is_searchable(d),
@@ -182,7 +184,9 @@ st.dataframe(
     column_config={
         "Document": st.column_config.TextColumn(width="medium"),
         "Passages": st.column_config.NumberColumn(help="Chunks of about 1,400 characters"),
-        "Pages": st.column_config.TextColumn(help="A PDF's page count (text files have none)"),
+        "Pages": st.column_config.TextColumn(
+            help="A PDF's pages; the slides, sheet rows, chapters or sections of other "
+            "documents (text files have none)"),
         "Added": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
         "Text": st.column_config.TextColumn(
             help="Read from the PDF's text layer, or recognised from scanned pages by OCR"

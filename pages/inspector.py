@@ -272,7 +272,8 @@ def show_ranking() -> None:
     table = pd.DataFrame([
         {"returned": fmt.sortable_number(returned.get(r.chunk_id), "d", 3),
          "document": r.document_name,
-         "page": fmt.page_label(r.page_start, r.page_end, r.mime).split(" ", 1)[-1],
+         "page": fmt.page_label(r.page_start, r.page_end, r.mime,
+                                r.location).split(" ", 1)[-1],
          "hybrid score": round(r.fused, 4), "hybrid rank": r.fused_rank,
          "cosine": round(r.cosine, 4), "meaning rank": r.dense_rank,
          "bm25": fmt.sortable_number(r.bm25 if r.lexical_rank else None, ".2f", 9),
@@ -335,7 +336,8 @@ def show_ranking() -> None:
         if len(df):
             st.altair_chart(histogram(df, threshold), width="stretch")
     with passage_col, st.container(border=True, key="inspector_passage"):
-        where = [fmt.page_label(row.page_start, row.page_end, row.mime), f"passage {row.idx}"]
+        where = [fmt.page_label(row.page_start, row.page_end, row.mime, row.location),
+                 f"passage {row.idx}"]
         st.markdown(
             f"**{fmt.escape_inline(row.document_name, 80)}** · "
             + " · ".join(w for w in where if w)
@@ -378,7 +380,7 @@ def show_sets() -> None:
                    "that answer it.")
         ticked = []
         for h in hits:
-            pages = fmt.page_label(h.page_start, h.page_end, h.mime)
+            pages = fmt.page_label(h.page_start, h.page_end, h.mime, h.location)
             label = (f"{fmt.escape_inline(h.document_name, 50)}"
                      f"{' · ' + pages if pages else ''} — "
                      f"{fmt.escape_inline(make_excerpt(h.content, 150))}")

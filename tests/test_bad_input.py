@@ -44,7 +44,8 @@ from pdf_maker import serialize
 from marginalia_core.config import Settings
 from marginalia_core.errors import ExtractionError
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.ingest.extraction import MAX_PAGES, extract
+from marginalia_core.ingest.extraction import MAX_PAGES
+from marginalia_core.ingest.formats import extract
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path
 from marginalia_core.providers.embeddings.base import EmbedderBase, l2_normalize
 from marginalia_core.store.sqlite import Store
@@ -208,7 +209,7 @@ def hostile_files() -> dict[str, tuple[bytes, set[str]]]:
     files["elf-named.md"] = (b"\x7fELF" + rng.randbytes(500), {"binary"})
     if (PDFS / "sf__minimal-document.pdf").exists():
         files["pdf-named.md"] = ((PDFS / "sf__minimal-document.pdf").read_bytes(), {"mislabelled"})
-    files["report.docx"] = (b"PK\x03\x04" + rng.randbytes(100), {"unsupported"})
+    files["report.docx"] = (b"PK\x03\x04" + rng.randbytes(100), {"corrupt"})
     files["script.exe"] = (b"MZ" + rng.randbytes(100), {"unsupported"})
     files["no-extension"] = (("Plain words with no extension. " * 30).encode(), {"indexed"})
     files["one-long-line.txt"] = (("".join(rng.choice("abcdefgh") for _ in range(200_000))).encode(),
@@ -338,7 +339,7 @@ def test_names_with_path_separators_and_control_characters(name, env):
 @pytest.mark.parametrize(
     "ext,data,expected",
     [
-        (".docx", b"PK\x03\x04" + b"\x00" * 100, "unsupported"),
+        (".docx", b"PK\x03\x04" + b"\x00" * 100, "corrupt"),
         (".pdf", b"just some text, not a PDF", "mislabelled"),
         (".md", b"# A heading\n\nSome markdown about margins.", "indexed"),
     ],
@@ -501,7 +502,7 @@ MEASURE = r"""
 import json, sys, time
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.errors import ExtractionError
-from marginalia_core.ingest.extraction import extract
+from marginalia_core.ingest.formats import extract
 
 
 def peak_mb():  # VmHWM: this process's own peak RSS (ru_maxrss survives exec from pytest)

@@ -38,6 +38,8 @@ def _one_line(text: str) -> str:
 
 
 def _pages(source: dict[str, Any]) -> str:
+    if source.get("location") is not None:  # saved since issue 26: its own label
+        return str(source["location"])
     page, end = source.get("page"), source.get("page_end")
     if not page or not str(source.get("document_name", "")).lower().endswith(".pdf"):
         return ""

@@ -11,8 +11,8 @@ import hashlib
 import logging
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +21,14 @@ import numpy as np
 from marginalia_core import events
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, TooLargeError
+from marginalia_core.ingest import formats
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.ingest.extraction import Extracted, extract
+from marginalia_core.ingest.extraction import Extracted, Unit
+from marginalia_core.ingest.formats import extract
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.base import LibraryStore
 
 log = logging.getLogger(__name__)
-
-# Files whose original bytes are kept with the document: the margin shows their cited pages.
-KEEP_ORIGINAL_MIMES = frozenset({"application/pdf"})
 
 
 class _Abandoned(Exception):
@@ -198,6 +197,7 @@ def _index_text(
     overlap: int,
     checkpoint: Checkpoint | None = None,
     early: _EarlyEmbeddings | None = None,
+    units: Sequence[Unit] = (),
     **document: Any,
 ) -> Generator[events.IngestEvent, None, dict[str, Any]]:
     """chunk -> embed -> store, yielding stage events; returns the stored document row.
@@ -207,7 +207,9 @@ def _index_text(
     ``Store.add_document`` fields (mime, size, hash, ...).
     """
     yield events.stage("chunking", name, characters=len(text))
-    chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
+    kind = formats.by_mime(document.get("mime")).location
+    chunks = [replace(c, location=formats.location_label(kind, units, c.page_start, c.page_end))
+              for c in chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)]
     yield events.stage("chunking", name, chunks=len(chunks))
     if checkpoint is not None:
         checkpoint()
@@ -246,6 +248,7 @@ def _index_text(
         chunk_overlap=overlap,
         text=text,
         page_starts=page_starts,
+        locations=formats.encode_units(units),
         **document,
     )
 
@@ -306,8 +309,9 @@ def ingest_bytes(
                 content_hash=digest,
                 page_count=extracted.page_count,
                 replace_id=replace_id,
-                original=data if extracted.mime in KEEP_ORIGINAL_MIMES else None,
+                original=data if formats.by_mime(extracted.mime).keep_original else None,
                 ocr_pages=extracted.ocr_pages,
+                units=extracted.units,
                 checkpoint=checkpoint,
                 early=early,
             )
@@ -459,6 +463,9 @@ def reindex_document(
             document_id=document_id,
             original=original,
             ocr_pages=doc.get("ocr_pages") or (),
+            units=formats.decode_units(doc.get("locations"), doc["page_count"]),
+            source_url=doc.get("source_url"),
+            fetched_at=doc.get("fetched_at"),
         )
         yield events.done(document=new, duplicate=False, file=name, reindexed=True)
     except MarginaliaError as exc:
