@@ -20,7 +20,7 @@ import html
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marginalia_app import presentation as fmt
@@ -113,10 +113,11 @@ def parse_inline(text: str, styles: tuple[str, ...] = ()) -> list[Segment]:
 
 @dataclass
 class Block:
-    kind: str  # "p", "h", "li", "quote", "code", "hr"
+    kind: str  # "p", "h", "li", "quote", "code", "hr", "table"
     segments: list[Segment]
-    level: int = 0  # heading level; for "li", 1 when the list is ordered
+    level: int = 0  # heading level; for "li", 1 when the list is ordered; "table": header rows
     plain: str = ""
+    rows: list[list[list[Segment]]] = field(default_factory=list)  # "table": cells' segments
 
 
 _HEADING_RE = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -125,6 +126,26 @@ _ORDERED_RE = re.compile(r"^ {0,3}(\d{1,9})[.)]\s+(.*)$")
 _QUOTE_RE = re.compile(r"^ {0,3}>\s?(.*)$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _HR_RE = re.compile(r"^ {0,3}([-*_])(?:\s*\1){2,}\s*$")
+_TABLE_ROW_RE = re.compile(r"^ {0,3}\|.*\|\s*$")
+_TABLE_RULE_RE = re.compile(r"^ {0,3}\|(?:\s*:?-{3,}:?\s*\|)+\s*$")
+_CELL_SPLIT_RE = re.compile(r"(?<!\\)\|")
+CELL_SEPARATOR = " | "  # between cells in the display text (highlight offsets)
+
+
+def _table_block(lines: list[str]) -> Block:
+    """Markdown table lines as one block; the row before a ``|---|`` rule is the header (a
+    passage cut mid-table has none)."""
+    header = 0
+    rows: list[list[list[Segment]]] = []
+    for line in lines:
+        if _TABLE_RULE_RE.match(line):
+            header = len(rows)
+            continue
+        cells = _CELL_SPLIT_RE.split(line.strip())[1:-1]
+        rows.append([parse_inline(" ".join(c.split())) for c in cells])
+    plain = "\n".join(CELL_SEPARATOR.join("".join(s.text for s in cell) for cell in row)
+                      for row in rows)
+    return Block("table", [], header, plain, rows)
 
 
 def _inline_block(kind: str, text: str, level: int = 0) -> Block:
@@ -162,6 +183,14 @@ def parse_markdown(content: str) -> list[Block]:
             if code:
                 blocks.append(Block("code", [Segment(code, ("code",))], 0, code))
             i += 1
+            continue
+        if _TABLE_ROW_RE.match(line):
+            flush()
+            table = []
+            while i < len(lines) and _TABLE_ROW_RE.match(lines[i]):
+                table.append(lines[i])
+                i += 1
+            blocks.append(_table_block(table))
             continue
         if not line.strip():
             flush()
@@ -249,6 +278,10 @@ def markdown_html(content: str, spans: Sequence[tuple[int, int]] = ()) -> str:
         if block.kind == "hr":
             out.append("<hr>")
             continue
+        if block.kind == "table":
+            out.append(_table_html(block, offset, spans))
+            offset += len(block.plain) + 2
+            continue
         inner = _segments_html(block.segments, offset, spans)
         offset += len(block.plain) + 2
         if block.kind == "h":
@@ -264,6 +297,20 @@ def markdown_html(content: str, spans: Sequence[tuple[int, int]] = ()) -> str:
             out.append(f"<p>{inner}</p>")
     if open_list:
         out.append(f"</{open_list}>")
+    return "".join(out)
+
+
+def _table_html(block: Block, offset: int, spans: Sequence[tuple[int, int]]) -> str:
+    out = ['<div class="mg-table"><table>']
+    for r, row in enumerate(block.rows):
+        tag = "th" if r < block.level else "td"
+        cells = []
+        for c, cell in enumerate(row):
+            cells.append(f"<{tag}>{_segments_html(cell, offset, spans)}</{tag}>")
+            offset += sum(len(s.text) for s in cell)
+            offset += len(CELL_SEPARATOR) if c < len(row) - 1 else 1
+        out.append(f"<tr>{''.join(cells)}</tr>")
+    out.append("</table></div>")
     return "".join(out)
 
 

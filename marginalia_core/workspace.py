@@ -217,6 +217,15 @@ class Workspace:
             self.store, self.embedder, self.settings, name, data, mime=mime, password=password
         )
 
+    def ingest_url(self, url: str) -> Iterator[events.IngestEvent]:
+        """Fetch a web page (this explicit request is the only time one is fetched) and index
+        it under its final address: ``stage`` ``fetching``, then as :meth:`ingest`."""
+        return pipeline.ingest_url(self.store, self.embedder, self.settings, url)
+
+    def refresh(self, document_id: str) -> Iterator[events.IngestEvent]:
+        """Fetch a web page document again; replaced (same id) if it changed."""
+        return pipeline.refresh_document(self.store, self.embedder, self.settings, document_id)
+
     def ingest_path(
         self, path: str | Path, *, password: str | None = None
     ) -> Iterator[events.IngestEvent]:

@@ -109,6 +109,23 @@ if files:
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
     st.rerun()
 
+# ---- a web page: fetched now, only because it was asked for
+with st.form("add_web_page", clear_on_submit=True, border=False):
+    row = st.columns([5, 1], vertical_alignment="bottom")
+    address = row[0].text_input(
+        "Add a web page",
+        placeholder="https://…",
+        key="web_address",
+        help="Fetched once, now, from this address (besides the model service, the only time "
+        "Marginalia goes online); its main text is indexed and cited with its address.",
+    )
+    add_page = row[1].form_submit_button("Add page", icon=":material/public:")
+if add_page and address.strip():
+    shown = address.strip()
+    state["upload_results"] = [watch(shown, ws.ingest_url(shown), shown)]
+    state.pop("upload_batch", None)
+    st.rerun()
+
 job_queue(ws)
 
 documents = ws.documents()
@@ -196,6 +213,19 @@ st.dataframe(
         ),
     },
 )
+
+# ---- web pages: fetched again on request
+web_pages = [d for d in documents if d.get("source_url")]
+if web_pages:
+    with st.expander("Refresh web pages", icon=":material/refresh:"):
+        for doc in web_pages:
+            line = st.container(horizontal=True, vertical_alignment="center")
+            line.markdown(f"{fmt.escape_inline(doc['source_url'], 90)}  \n"
+                          f":gray[fetched {fmt.escape_inline(doc.get('fetched_at') or '', 40)}]")
+            if line.button("Refresh", key=f"refresh-{doc['id']}", icon=":material/refresh:"):
+                state["upload_results"] = [watch(doc["name"], ws.refresh(doc["id"]),
+                                                 doc["name"])]
+                st.rerun()
 
 # ---- delete, with a confirmation
 by_id = {d["id"]: d for d in documents}

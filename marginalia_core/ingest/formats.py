@@ -368,6 +368,7 @@ def extract(
     ocr: bool = True,
     ocr_progress: ocr_engine.Progress | None = None,
     on_page: PageProgress | None = None,
+    declared_mime: str | None = None,
 ) -> Extracted:
     """Extract ``data`` (the bytes of file ``name``) or raise an ExtractionError.
 
@@ -377,10 +378,16 @@ def extract(
     before the cross-page cleanup; it may raise to stop extraction there (a cancelled ingestion
     job). PDF pages without a text layer are OCR'd when ``ocr`` is on and the engine is
     installed; ``ocr_progress(done, total)`` is called after each such page.
+    ``declared_mime`` is a type that is known, not guessed (a fetched page's Content-Type):
+    it decides the format whatever the name says.
     """
     data = bytes(data)
-    name = base_name(name) or "This file"
-    fmt = _declared(name, mime, data)
+    if declared_mime and _canonical(declared_mime) in _BY_MIME:
+        fmt = _BY_MIME[_canonical(declared_mime)]
+        name = name or "This page"
+    else:
+        name = base_name(name) or "This file"
+        fmt = _declared(name, mime, data)
     if not data:
         raise EmptyFileError(f"{name} is empty (0 bytes); there is nothing to index.")
     if max_bytes is not None and len(data) > max_bytes:

@@ -23,11 +23,8 @@ from marginalia_core.ingest.extraction import (
     ReadOptions,
     Unit,
     decode_text,
-    extension,
     join_units,
 )
-
-warnings.filterwarnings("ignore", category=XMLParsedAsHTMLWarning)
 
 # A heading of this level or above starts a new section (its location in citations).
 SECTION_LEVEL = 3
@@ -225,9 +222,15 @@ def _pad(raw: str, marked: str) -> str:
     return f"{lead}{marked}{trail}"
 
 
+def _soup(html: str) -> BeautifulSoup:
+    with warnings.catch_warnings():  # XHTML (EPUB, mammoth) is read as HTML on purpose
+        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
+        return BeautifulSoup(html, "lxml")
+
+
 def html_blocks(html: str, *, chrome: bool = False) -> list[Block]:
     """The Markdown blocks of an HTML document (``chrome``: drop menus, headers, footers)."""
-    soup = BeautifulSoup(html, "lxml")
+    soup = _soup(html)
     root = soup.body or soup
     converter = _Converter(chrome=chrome)
     return converter.blocks(root)
@@ -261,7 +264,7 @@ def main_content(html: str) -> tuple[str, list[Block]]:
     or the whole body without menus, headers and footers when it keeps too little."""
     import trafilatura  # noqa: PLC0415  (heavy: imported when a page is read)
 
-    soup = BeautifulSoup(html, "lxml")
+    soup = _soup(html)
     title = _page_title(soup)
     everything = html_blocks(html, chrome=True)
     body_chars = sum(len(b.text) for b in everything)
@@ -306,11 +309,8 @@ def read_epub(name: str, data: bytes, options: ReadOptions) -> Extracted:
     parts: list[tuple[Unit, str]] = []
     for item_id, _linear in book.spine:
         item = book.get_item_with_id(item_id)
-        if item is None or item.get_type() != ITEM_DOCUMENT:
-            continue
-        if extension(item.get_name()) in (".ncx",) or "nav" in (getattr(item, "properties", None)
-                                                                 or []):
-            continue
+        if item is None or item.get_type() != ITEM_DOCUMENT or isinstance(item, epub.EpubNav):
+            continue  # the table of contents is not a chapter
         blocks = html_blocks(item.get_content().decode("utf-8", "replace"))
         text = markdown_text(blocks)
         if not text.strip():

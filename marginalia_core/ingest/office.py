@@ -11,8 +11,6 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from bs4 import BeautifulSoup
-
 from marginalia_core.ingest import markup
 from marginalia_core.ingest.containers import check_archive, damaged
 from marginalia_core.ingest.extraction import Extracted, ReadOptions, Unit, join_units
@@ -29,7 +27,7 @@ COMMENTS_HEADING = "Comments"
 def _label_back_matter(html: str) -> str:
     """Put a heading before mammoth's footnote list and comment list, so each is a section
     of its own ("section ‘Notes’") rather than the tail of the last one."""
-    soup = BeautifulSoup(html, "lxml")
+    soup = markup._soup(html)
     for selector, heading in (("li[id^=footnote-], li[id^=endnote-]", NOTES_HEADING),
                               ("dt[id^=comment-]", COMMENTS_HEADING)):
         first = soup.select_one(selector)

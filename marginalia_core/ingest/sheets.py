@@ -56,7 +56,7 @@ def _is_number(text: str) -> bool:
 
 
 def _escape(text: str) -> str:
-    return text.replace("*", "\\*").replace("_", "\\_")
+    return text.replace("*", "\\*")
 
 
 def sheet_rows(sheet: str, rows: Iterable[Sequence[Any]]) -> list[tuple[Unit, str]]:
