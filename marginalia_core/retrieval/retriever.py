@@ -106,6 +106,10 @@ class ExplainedChunk(RankedChunk):
     mime: str = ""  # its document's
     location: str = ""  # "p. 3", "slide 2", "" (see Hit)
 
+    @property
+    def excerpt(self) -> str:
+        return make_excerpt(self.content)
+
 
 @dataclass(frozen=True)
 class Candidates:

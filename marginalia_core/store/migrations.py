@@ -301,6 +301,13 @@ def m012_library_token(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m013_message_support(conn: sqlite3.Connection) -> None:
+    """An answer's per-sentence citation check (``chat.support``), saved with it as a JSON list
+    of {sentence, marks, score, supported}; NULL for answers saved before the check existed."""
+    conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
+
 # A PDF passage's label, as ``ingest.formats.location_label`` writes it for new documents.
 PDF_LOCATION_SQL = (
     "CASE WHEN page_start = page_end THEN 'p. ' || page_start "
