@@ -95,7 +95,8 @@ if mismatch is not None:
 # ---- upload
 files = st.file_uploader(
     "Add documents",
-    type=list(formats.UPLOAD_TYPES),
+    # no ``type=``: Streamlit's own extension check raises on a name with a NUL byte before
+    # this page runs; the format table refuses an unsupported file with its reason instead
     accept_multiple_files=True,
     key=f"uploader-{state['uploader_generation']}",
     help="Choose or drop several files at once. Each is indexed on its own: one bad file "

@@ -566,6 +566,8 @@ class _Progress:
             doc = end.get("document") or {}
             values.update(document_id=doc.get("id"), duplicate=int(bool(end.get("duplicate"))),
                           message=end.get("message", ""))
+            if doc.get("page_count"):  # slides, rows, sections: the document's own count
+                self.values["pages_done"] = self.values["pages_total"] = int(doc["page_count"])
         else:
             reason = end.get("reason")
             values.update(reason=reason, message=end.get("message", ""))
