@@ -7,11 +7,16 @@ container with an ``EncryptedPackage`` stream) are each refused with their own r
 
 from __future__ import annotations
 
+import functools
 import io
 import zipfile
+from collections.abc import Callable
+from typing import TypeVar
 
-from marginalia_core.errors import CorruptFileError, MacroError, TooLargeError
+from marginalia_core.errors import CorruptFileError, MacroError, MarginaliaError, TooLargeError
 from marginalia_core.ingest.extraction import human_size, plain_detail
+
+R = TypeVar("R")
 
 # Real documents unpack to a few times their size (XML compresses ~10x); a 50 MB upload that
 # unpacks past this is a bomb, not a report.
@@ -36,6 +41,27 @@ def damaged(name: str, what: str, err: BaseException | None = None) -> CorruptFi
         f"{name} could not be read: the {what} is damaged or incomplete{detail}. Try opening "
         "it and saving it again."
     )
+
+
+def guarded(what: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """A reader whose library fails on damaged input in its own ways: anything but our own
+    refusals becomes "the {what} is damaged" (never a traceback for the user)."""
+
+    def wrap(reader: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(reader)
+        def read(name: str, *args: object, **kwargs: object) -> R:
+            try:
+                return reader(name, *args, **kwargs)
+            except MarginaliaError:
+                raise
+            except RecursionError:
+                raise damaged(name, what) from None
+            except Exception as err:
+                raise damaged(name, what, err) from None
+
+        return read
+
+    return wrap
 
 
 def check_archive(name: str, data: bytes, what: str) -> zipfile.ZipFile:

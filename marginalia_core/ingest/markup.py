@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from bs4 import BeautifulSoup, Comment, NavigableString, PageElement, Tag, XMLParsedAsHTMLWarning
 
 from marginalia_core.errors import EmptyFileError
-from marginalia_core.ingest.containers import check_archive, damaged
+from marginalia_core.ingest.containers import check_archive, damaged, guarded
 from marginalia_core.ingest.extraction import (
     Extracted,
     ReadOptions,
@@ -275,7 +275,7 @@ def main_content(html: str) -> tuple[str, list[Block]]:
                                    favor_recall=True, deduplicate=False)
     except Exception:  # a page trafilatura cannot parse: the body is read instead
         main = None
-    if main:
+    if main and body_chars:  # with no text outside menus and footers, what it kept is those
         blocks = html_blocks(main)
         chars = sum(len(b.text) for b in blocks)
         if chars >= min(MIN_MAIN_CHARS, body_chars) and chars >= MIN_MAIN_SHARE * body_chars:
@@ -283,6 +283,7 @@ def main_content(html: str) -> tuple[str, list[Block]]:
     return title, everything
 
 
+@guarded("web page")
 def read_html(name: str, data: bytes, options: ReadOptions) -> Extracted:
     """An HTML file or fetched web page: its main content, in sections by heading."""
     html = decode_text(name, data)
@@ -297,6 +298,7 @@ def read_html(name: str, data: bytes, options: ReadOptions) -> Extracted:
 # ------------------------------------------------------------------------------------ EPUB
 
 
+@guarded("EPUB book")
 def read_epub(name: str, data: bytes, options: ReadOptions) -> Extracted:
     """An EPUB book: one location per chapter (spine document with text), in reading order."""
     from ebooklib import ITEM_DOCUMENT, epub  # noqa: PLC0415

@@ -12,7 +12,7 @@ import io
 from typing import Any
 
 from marginalia_core.ingest import markup
-from marginalia_core.ingest.containers import check_archive, damaged
+from marginalia_core.ingest.containers import check_archive, damaged, guarded
 from marginalia_core.ingest.extraction import Extracted, ReadOptions, Unit, join_units
 
 # mammoth: comment references become superscript marks, comments a list at the end.
@@ -38,6 +38,7 @@ def _label_back_matter(html: str) -> str:
     return str(soup)
 
 
+@guarded("Word document")
 def read_docx(name: str, data: bytes, options: ReadOptions) -> Extracted:
     import mammoth  # noqa: PLC0415  (imported when a Word file is read)
 
@@ -77,6 +78,7 @@ def _shape_blocks(shape: Any) -> list[str]:
     return ["\n".join(lines)] if lines else []
 
 
+@guarded("PowerPoint presentation")
 def read_pptx(name: str, data: bytes, options: ReadOptions) -> Extracted:
     """One location per slide: its title as a heading, its text and tables, its notes."""
     from pptx import Presentation  # noqa: PLC0415
@@ -166,6 +168,7 @@ def _odf_type(name: str) -> Any:
     return getattr(table, name)
 
 
+@guarded("OpenDocument text")
 def read_odt(name: str, data: bytes, options: ReadOptions) -> Extracted:
     from odf import opendocument  # noqa: PLC0415
 

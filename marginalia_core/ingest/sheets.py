@@ -16,7 +16,7 @@ from typing import Any
 
 from openpyxl.utils import get_column_letter
 
-from marginalia_core.ingest.containers import check_archive, damaged
+from marginalia_core.ingest.containers import check_archive, damaged, guarded
 from marginalia_core.ingest.extraction import (
     Extracted,
     ReadOptions,
@@ -83,6 +83,7 @@ def sheet_rows(sheet: str, rows: Iterable[Sequence[Any]]) -> list[tuple[Unit, st
     return parts
 
 
+@guarded("Excel workbook")
 def read_xlsx(name: str, data: bytes, options: ReadOptions) -> Extracted:
     """Every visible sheet's rows, sheet by sheet (values, not formulas)."""
     from openpyxl import load_workbook  # noqa: PLC0415
@@ -105,6 +106,7 @@ def read_xlsx(name: str, data: bytes, options: ReadOptions) -> Extracted:
     return join_units(name, options.mime, parts)
 
 
+@guarded("CSV file")
 def read_csv(name: str, data: bytes, options: ReadOptions) -> Extracted:
     """A CSV (or semicolon/tab separated) file as one sheet named after the file."""
     text = decode_text(name, data)
