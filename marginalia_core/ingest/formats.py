@@ -75,7 +75,8 @@ LOCATION_KINDS = ("page", "slide", "sheet", "chapter", "section", "none")
 class Format:
     """One row of the table. ``mimes[0]`` is the MIME type stored with the document."""
 
-    label: str  # what people call it: "Word document"
+    name: str  # short, for lists of formats: "Word"
+    label: str  # what one file is called: "Word document"
     extensions: tuple[str, ...]
     mimes: tuple[str, ...]
     reader: Reader
@@ -90,24 +91,31 @@ class Format:
 
 
 FORMATS: tuple[Format, ...] = (
-    Format("PDF", (".pdf",), (PDF_MIME, "application/x-pdf"), read_pdf, "page", True, "pdf"),
-    Format("plain-text file", (".txt",), (TEXT_MIME,), read_text, "none", False, "text"),
-    Format("Markdown file", (".md", ".markdown"), (MARKDOWN_MIME, "text/x-markdown"), read_text,
-           "none", False, "markdown"),
-    Format("Word document", (".docx",), (DOCX_MIME,), office.read_docx, "section", False,
-           "markdown", "word/document.xml"),
-    Format("PowerPoint presentation", (".pptx",), (PPTX_MIME,), office.read_pptx, "slide",
-           False, "markdown", "ppt/presentation.xml"),
-    Format("Excel workbook", (".xlsx",), (XLSX_MIME,), sheets.read_xlsx, "sheet", False,
-           "markdown", "xl/workbook.xml"),
-    Format("CSV file", (".csv",), (CSV_MIME, "application/csv"), sheets.read_csv, "sheet", False,
-           "markdown"),
-    Format("OpenDocument text", (".odt",), (ODT_MIME,), office.read_odt, "section", False,
-           "markdown", "mimetype:" + ODT_MIME),
-    Format("EPUB book", (".epub",), (EPUB_MIME,), markup.read_epub, "chapter", False, "markdown",
-           "mimetype:" + EPUB_MIME),
-    Format("web page", (".html", ".htm"), (HTML_MIME, "application/xhtml+xml"), markup.read_html,
-           "section", False, "markdown"),
+    Format("PDF", "PDF", (".pdf",), (PDF_MIME, "application/x-pdf"), read_pdf,
+           location="page", keep_original=True, renders="pdf"),
+    Format("Word", "Word document", (".docx",), (DOCX_MIME,), office.read_docx,
+           location="section", keep_original=False, renders="markdown",
+           zip_marker="word/document.xml"),
+    Format("PowerPoint", "PowerPoint presentation", (".pptx",), (PPTX_MIME,), office.read_pptx,
+           location="slide", keep_original=False, renders="markdown",
+           zip_marker="ppt/presentation.xml"),
+    Format("Excel", "Excel workbook", (".xlsx",), (XLSX_MIME,), sheets.read_xlsx,
+           location="sheet", keep_original=False, renders="markdown",
+           zip_marker="xl/workbook.xml"),
+    Format("CSV", "CSV file", (".csv",), (CSV_MIME, "application/csv"), sheets.read_csv,
+           location="sheet", keep_original=False, renders="markdown"),
+    Format("OpenDocument", "OpenDocument text", (".odt",), (ODT_MIME,), office.read_odt,
+           location="section", keep_original=False, renders="markdown",
+           zip_marker="mimetype:" + ODT_MIME),
+    Format("EPUB", "EPUB book", (".epub",), (EPUB_MIME,), markup.read_epub,
+           location="chapter", keep_original=False, renders="markdown",
+           zip_marker="mimetype:" + EPUB_MIME),
+    Format("HTML", "web page", (".html", ".htm"), (HTML_MIME, "application/xhtml+xml"),
+           markup.read_html, location="section", keep_original=False, renders="markdown"),
+    Format("plain-text", "plain-text file", (".txt",), (TEXT_MIME,), read_text,
+           location="none", keep_original=False, renders="text"),
+    Format("Markdown", "Markdown file", (".md", ".markdown"), (MARKDOWN_MIME, "text/x-markdown"),
+           read_text, location="none", keep_original=False, renders="markdown"),
 )
 
 # Office files that can carry macros: refused by name, with that reason.
@@ -123,7 +131,8 @@ MIME_BY_EXTENSION: dict[str, str] = {ext: f.mime for ext, f in _BY_EXTENSION.ite
 # What the upload widget accepts (extensions without the dot).
 UPLOAD_TYPES: tuple[str, ...] = tuple(ext[1:] for ext in SUPPORTED_EXTENSIONS)
 _TEXT_FORMATS = {TEXT_MIME, MARKDOWN_MIME, CSV_MIME, HTML_MIME}
-_PLAIN = Format("document", (), (TEXT_MIME,), read_text, "none", False, "text")
+_PLAIN = Format("text", "document", (), (TEXT_MIME,), read_text, location="none",
+                keep_original=False, renders="text")
 
 
 def _canonical(mime: str | None) -> str:
@@ -150,9 +159,9 @@ def supported_list() -> str:
 
 
 def upload_help() -> str:
-    """The accepted formats in words, for the Documents page."""
-    return ("PDF, Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, OpenDocument (.odt), "
-            "EPUB, HTML, plain-text and Markdown files")
+    """The accepted formats in words, from the table: "PDF, Word, ... and Markdown files"."""
+    names = [f.name for f in FORMATS]
+    return f"{', '.join(names[:-1])} and {names[-1]} files"
 
 
 # ------------------------------------------------------------------------------- locations
