@@ -24,7 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from marginalia_core.ingest.formats import by_mime, extract
+from marginalia_core.ingest.formats import extent, extract
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "formats"
@@ -75,8 +75,8 @@ def ours(path: Path) -> dict:
         got = extract(path.name, data)
         spent = time.perf_counter() - start
         best = spent if best is None else min(best, spent)
-    return {"text": got.text, "seconds": best, "locations": got.page_count,
-            "kind": by_mime(got.mime).location}
+    return {"text": got.text, "seconds": best,
+            "locations": extent(got.mime, got.page_count, got.units)}
 
 
 def verdict(name: str, text: str) -> str:
@@ -123,7 +123,7 @@ def main() -> None:
                      f"{other['seconds'] * 1000:.1f}"]
         lines.append(
             f"| {path.name} | {CHECKS[path.name][0]} | {verdict(path.name, mine['text'])} | "
-            f"{mine['locations']} {mine['kind']}{'s' if mine['locations'] != 1 else ''} | "
+            f"{mine['locations']} | "
             f"{len(mine['text'])} | {mine['seconds'] * 1000:.1f} | " + " | ".join(cells) + " |"
         )
     OUT.parent.mkdir(exist_ok=True)
