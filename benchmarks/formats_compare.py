@@ -53,7 +53,7 @@ md = MarkItDown()
 out = {}
 for path in sys.argv[1:]:
     best, text, error = None, "", ""
-    for _ in range(%d):
+    for _ in range(__REPEAT__):
         start = time.perf_counter()
         try:
             text = md.convert(path).text_content
@@ -64,7 +64,7 @@ for path in sys.argv[1:]:
         best = spent if best is None else min(best, spent)
     out[path] = {"text": text, "seconds": best, "error": error}
 print(json.dumps(out))
-""" % REPEAT
+""".replace("__REPEAT__", str(REPEAT))
 
 
 def ours(path: Path) -> dict:

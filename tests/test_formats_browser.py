@@ -27,7 +27,7 @@ pytestmark = pytest.mark.browser
 DATA = Path(__file__).parent / "data" / "formats"
 
 
-def test_a_local_web_page_is_added_from_the_documents_page_and_cited_by_its_url(page):
+def test_a_local_web_page_is_added_from_the_documents_page_and_cited_by_its_url(page):  # noqa: F811
     from playwright.sync_api import expect
 
     with PageServer() as pages:
@@ -61,7 +61,7 @@ def test_a_local_web_page_is_added_from_the_documents_page_and_cited_by_its_url(
         page.screenshot(path="/tmp/formats-web-cited.png")
 
 
-def test_a_slide_deck_is_cited_by_its_slide(page):
+def test_a_slide_deck_is_cited_by_its_slide(page):  # noqa: F811
     from playwright.sync_api import expect
 
     name = "txt-fit-text.pptx"
