@@ -182,7 +182,7 @@ def _workspace(args: argparse.Namespace) -> Workspace:
         answerer=args.answerer,
         top_k=args.k,
         threshold=args.threshold,
-        retrieval_mode=args.mode,
+        mode=args.mode,
         chunk_target=getattr(args, "target", None),
         chunk_overlap=getattr(args, "overlap", None),
     )
