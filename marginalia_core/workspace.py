@@ -25,7 +25,7 @@ from marginalia_core.store.base import LibraryStore, open_store
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
-    from marginalia_core.lab import RetrievalLab
+    from marginalia_core.lab import RetrievalLab, Tuning
     from marginalia_core.providers.answerers.base import Answerer
 
 Reindex = Literal["stale", "all"]
@@ -149,6 +149,12 @@ class Workspace:
         from marginalia_core.lab import RetrievalLab
 
         return RetrievalLab(self)
+
+    def retrieval_tuning(self) -> Tuning:
+        """Whether Chat retrieves with settings applied in the Inspector rather than the
+        defaults, and the saved configuration they match (Chat's "tuned settings" note)."""
+        self.settings  # noqa: B018 - picks up settings applied elsewhere
+        return self.lab.tuning()
 
     def mode_summary(self) -> dict[str, str]:
         """What the UI and CLI show as the active mode; never includes a key.

@@ -158,14 +158,40 @@ def test_threshold_sweep_in_one_pass(library):
     recalls = [p.recall for p in sweep.points]
     assert recalls == sorted(recalls, reverse=True)  # a higher threshold never finds more
     best = max(p.f1 for p in sweep.points)
-    assert pts[sweep.suggested].f1 == best
+    assert pts[sweep.best_f1].f1 == best
     assert sweep.current == library.retriever.threshold
+    # the suggestion: the highest threshold whose recall keeps the floor (95% of the current's)
+    now = pts[sweep.current]
+    assert sweep.floor == pytest.approx(ev.RECALL_FLOOR_SHARE * now.recall)
+    assert pts[sweep.suggested].recall >= sweep.floor
+    assert all(p.recall < sweep.floor or p.threshold <= sweep.suggested
+               or (p.precision, p.recall, p.returned) == (now.precision, now.recall,
+                                                          now.returned)
+               for p in sweep.points)
+
+
+def test_threshold_suggestion_keeps_recall_where_best_f1_loses_it():
+    """Made-up sweeps: best F1 at a threshold that drops a relevant passage; the suggestion is
+    the highest threshold that keeps recall, and a flat stretch ties to the current value."""
+    opts = [(0.3, 0.3, 1.0), (0.4, 0.4, 1.0), (0.5, 0.5, 0.96), (0.6, 0.6, 0.5)]
+    assert ev.suggest(opts, 0.3, ev.recall_floor(1.0)) == 0.5
+    assert ev.suggest(opts, 0.3, ev.recall_floor(1.0, 1.0)) == 0.4  # a floor of the user's
+    flat = [(a, 0.8, 1.0) for a in (0.0, 0.3, 0.6, 1.0)]
+    assert ev.suggest(flat, 0.6, 0.95) == 0.6  # no gain: no change
+    assert ev.suggest(flat, 0.5, 0.95) == 0.6  # else the nearest of the tied
+    assert ev.suggest([(0.2, 0.9, 0.2)], 0.5, 0.95) == 0.5  # nothing keeps the floor
 
 
 def test_weight_sweep_covers_the_grid_and_the_default(library):
     sweep = library.lab.weight_sweep("docs", ev.EvalConfig(threshold=-1.0, top_k=3))
-    assert [p.alpha for p in sweep.points] == [*ev.WEIGHT_GRID, None]
-    assert sweep.best in [p.alpha for p in sweep.points]
+    alphas = [p.alpha for p in sweep.points]
+    assert set(ev.WEIGHT_GRID) <= set(alphas) and sweep.current in alphas
+    assert sweep.best in alphas
+    floor = ev.RECALL_FLOOR_SHARE * sweep.at(sweep.current).metrics["recall@3"]
+    assert sweep.floor == pytest.approx(floor)
+    kept = [p for p in sweep.points if p.metrics["recall@3"] >= floor - 1e-9]
+    top = max(p.metrics["ndcg@10"] for p in kept)
+    assert sweep.at(sweep.best).metrics["ndcg@10"] >= top - ev.TIE
     for p in sweep.points:
         assert 0.0 <= p.metrics["ndcg@10"] <= 1.0
 
@@ -191,6 +217,8 @@ def test_chunk_sweep_embeds_only_new_text_and_can_be_cancelled(library, tmp_path
     ws = library
     progress = []
     grid = [(60, 10), (1400, 200)]
+    cost = ws.lab.chunk_sweep_cost(grid)
+    assert cost.to_embed > 0 and cost.passages > cost.to_embed
     first = ws.lab.chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3),
                                progress=progress.append)
     small, default = first.points
@@ -199,6 +227,9 @@ def test_chunk_sweep_embeds_only_new_text_and_can_be_cancelled(library, tmp_path
     assert any(e["stage"] == "embed" for e in progress)
     again = ws.lab.chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3))
     assert [p.embedded_now for p in again.points] == [0, 0]
+    assert cost.to_embed == small.embedded_now  # the estimate told the truth
+    assert ws.lab.chunk_sweep_cost(grid).to_embed == 0
+    assert first.current == (1400, 200) and first.best in [(60, 10), (1400, 200)]
     assert [p.result.metrics for p in again.points] == [p.result.metrics for p in first.points]
     cancel = threading.Event()
     cancel.set()
@@ -356,3 +387,32 @@ def test_a_text_files_ticked_passage_names_no_page_in_tables_or_exports(workspac
     csv_rows = workspace.lab.export_set("pages", "csv").splitlines()
     assert "What do the notes say?,notes.md," in csv_rows
     assert f"What destroyed the wheel?,mill.pdf,{pages}" in csv_rows
+
+
+def test_why_missed_names_the_setting_and_its_fix_finds_the_passage(library):
+    ws = library
+    strict = ev.EvalConfig(mode="dense", threshold=0.9, top_k=3)
+    result = ws.lab.evaluate("docs", strict)
+    missed = next(q for q in result.questions if q.missed)
+    report = ws.lab.why_missed("docs", missed.question_id, 0, strict)
+    assert report.reason == "threshold"
+    assert report.cosine is not None and report.cosine < 0.9
+    assert report.dense_rank is not None and report.rank is None
+    assert report.content and report.document == missed.missed[0]
+    assert report.fix is not None and report.fix.threshold <= report.cosine
+    assert report.fix_label == f"threshold {report.fix.threshold:.2f}"
+    fixed = ws.lab.evaluate("docs", report.fix)
+    again = next(q for q in fixed.questions if q.question_id == missed.question_id)
+    assert not again.missed  # the suggested setting includes it
+    cmp = ws.lab.compare("docs", strict, report.fix)  # and what else changes
+    assert cmp.better >= 1 and cmp.worse == 0
+    assert ws.lab.why_missed("docs", missed.question_id, 0, report.fix).reason == "found"
+
+
+def test_why_missed_a_document_the_library_lacks(library):
+    ws = library
+    ws.lab.save_set(QuestionSet("gone", [Question("Where is it?", (Judgment("nowhere.md"),),
+                                                  "q1")]))
+    report = ws.lab.why_missed("gone", "q1", 0, ev.EvalConfig())
+    assert report.reason == "document_scope" and "nowhere.md" in report.explanation
+    assert report.fix is None
