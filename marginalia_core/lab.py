@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from marginalia_core import events
+from marginalia_core.chat import answer_metrics as am
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.retrieval import evaluation as ev
@@ -102,6 +104,25 @@ class MissReport:
 MISS_REASONS = ("found", "threshold", "top_k", "fusion_weight", "mode", "document_scope",
                 "passage_boundary")
 MAX_FIX_TOP_K = 50  # the Inspector's largest "passages returned"
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    """The answer metrics of a question set under one configuration (``chat.answer_metrics``),
+    beside the retrieval metrics of the same run."""
+
+    set_name: str
+    config: ev.EvalConfig
+    metrics: dict[str, float | None]
+    answers: list[am.AnswerCheck]
+    retrieval: ev.EvalResult
+    answerer: str  # the model that answered
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"set": self.set_name, "config": self.config.to_dict(),
+                "answerer": self.answerer, "metrics": self.metrics,
+                "retrieval": self.retrieval.metrics,
+                "answers": [a.to_dict() for a in self.answers]}
 
 
 @dataclass(frozen=True)
@@ -607,6 +628,29 @@ class RetrievalLab:
         self, set_name: str, cfg: ev.EvalConfig, *, progress=None, cancel=None
     ) -> tuple[ev.EvalResult, int, int]:
         qset = self.sets.get(set_name)
+        with self._scratch(cfg, progress=progress, cancel=cancel) as (retriever, chunks,
+                                                                       embedded):
+            prepared = ev.prepare(retriever, qset, progress=progress, cancel=cancel)
+            return ev.evaluate_prepared(retriever, prepared, cfg), chunks, embedded
+
+    @contextmanager
+    def _retriever_for(
+        self, cfg: ev.EvalConfig, *, progress=None, cancel=None
+    ) -> Iterator[Retriever]:
+        """The library's retriever, or a scratch index's when ``cfg`` splits passages
+        otherwise (removed on exit)."""
+        if not self._needs_scratch(cfg):
+            yield self.retriever
+            return
+        with self._scratch(cfg, progress=progress, cancel=cancel) as (retriever, _, _):
+            yield retriever
+
+    @contextmanager
+    def _scratch(
+        self, cfg: ev.EvalConfig, *, progress=None, cancel=None
+    ) -> Iterator[tuple[Retriever, int, int]]:
+        """A scratch index of the library split with ``cfg``'s passage size: (its retriever,
+        passages, texts embedded now)."""
         s = self.ws.settings
         target = cfg.chunk_target if cfg.chunk_target is not None else s.chunk_target
         overlap = cfg.chunk_overlap if cfg.chunk_overlap is not None else s.chunk_overlap
@@ -616,12 +660,49 @@ class RetrievalLab:
             chunks, embedded = self._build_scratch(
                 scratch, target, overlap, progress=progress, cancel=cancel
             )
-            retriever = Retriever(scratch, self.ws.embedder, s)
-            prepared = ev.prepare(retriever, qset, progress=progress, cancel=cancel)
-            return ev.evaluate_prepared(retriever, prepared, cfg), chunks, embedded
+            yield Retriever(scratch, self.ws.embedder, s), chunks, embedded
         finally:
             scratch.close()
             shutil.rmtree(folder, ignore_errors=True)
+
+    # -- answers ------------------------------------------------------------------------------
+
+    def set_answers(self, set_name: str, answers: dict[str, str]) -> qs.QuestionSetSummary:
+        """Type expected answers in the lab: question id -> answer ("" clears it)."""
+        return self.sets.set_answers(set_name, answers)
+
+    def evaluate_answers(
+        self, set_name: str, config: ev.EvalConfig | None = None, *, progress=None,
+        cancel: threading.Event | None = None,
+    ) -> AnswerResult:
+        """Answer every question of ``set_name`` with the configured answerer from the
+        passages ``config`` returns (as Chat would, nothing saved), and measure the answers
+        (``chat.answer_metrics``) beside the retrieval metrics of the same ranking."""
+        cfg = config or self.default_config()
+        qset = self.sets.get(set_name)
+        answerer, embedder = self.ws.answerer, self.ws.embedder
+        checks = []
+        with self._retriever_for(cfg, progress=progress, cancel=cancel) as retriever:
+            prepared = ev.prepare(retriever, qset, progress=progress, cancel=cancel)
+            retrieval = ev.evaluate_prepared(retriever, prepared, cfg)
+            threshold = retrieval.threshold
+            total = len(qset.questions)
+            for n, (q, cands) in enumerate(zip(qset.questions, prepared.candidates,
+                                               strict=True), 1):
+                if cancel is not None and cancel.is_set():
+                    raise ev.Cancelled()
+                ranked = retriever.rank(cands, mode=cfg.mode, threshold=threshold,
+                                        k=cfg.top_k, alpha=cfg.alpha)
+                hits = retriever.hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
+                sources = [dict(h.as_source(i)) for i, h in enumerate(hits, 1)]
+                answer = am.answer_with(answerer, q.text, sources)
+                checks.append(am.check_answer(q.id, q.text, q.answer, q.answerable, answer,
+                                              sources, embedder=embedder))
+                if progress:
+                    progress({"type": "progress", "stage": "answer", "done": n,
+                              "total": total})
+        return AnswerResult(set_name, cfg, am.summarize(checks), checks, retrieval,
+                            getattr(answerer, "model", "") or answerer.name)
 
     def _build_scratch(
         self, scratch: Store, target: int, overlap: int, *, progress=None, cancel=None

@@ -311,6 +311,70 @@ def test_cli_qsets_and_eval(library, tmp_path):
     assert code == 1 and "line 2" in err
 
 
+ANSWERS_CSV = (
+    "question,document,page,answer\n"
+    "How do bees tell each other where the flowers are?,bees.md,,waggle dance\n"
+    "What does error ZX-4471 mean?,codes.md,,the cooling fan has stalled\n"
+    "Why is basaltic lava runny?,volcano.md,,because it is hot\n"
+    "Who won the 1998 chess olympiad?,,,\n"
+)
+
+
+def test_answer_metrics_by_hand():
+    from marginalia_core.chat import answer_metrics as am
+
+    assert am.contains("the Waggle-Dance", "Bees do a waggle dance [1].")
+    assert not am.contains("dance", "Bees do a waggle dancer.")  # whole words only
+    assert am.first_sentence("Bees dance. [1] Then they rest.") == "Bees dance. [1]"
+    checks = [
+        am.AnswerCheck("q1", "", "x", True, "", 1, False, True, False, None, None),
+        am.AnswerCheck("q2", "", "y", True, "", 1, False, False, False, None, None),
+        am.AnswerCheck("q3", "", "", False, "", 0, True, None, None, None, None),
+    ]
+    assert am.summarize(checks) == {
+        "answer containment": 0.5, "first-sentence containment": 0.0,
+        "refusals (unanswerable)": 1.0, "citation precision": None, "citation recall": None}
+
+
+def test_answer_metrics_and_the_cli_print_the_same(library, tmp_path):
+    from marginalia_core.chat.answer_metrics import ANSWER_METRICS
+
+    ws = library
+    path = tmp_path / "answers.csv"
+    path.write_text(ANSWERS_CSV, encoding="utf-8")
+    ws.lab.import_set(path, name="answers")
+    cfg = ev.EvalConfig(mode="hybrid", threshold=0.2, top_k=3)
+    result = ws.lab.evaluate_answers("answers", cfg)
+    by_id = {a.question_id: a for a in result.answers}
+    assert len(by_id) == 4
+    unanswerable = next(a for a in result.answers if not a.answerable)
+    assert unanswerable.contains is None
+    assert result.metrics["refusals (unanswerable)"] == float(unanswerable.refused)
+    bees = next(a for a in result.answers if a.expected == "waggle dance")
+    assert bees.contains and not bees.refused and bees.sources >= 1
+    lava = next(a for a in result.answers if a.expected == "because it is hot")
+    assert lava.contains is False  # the library says otherwise: not contained
+    assert 0 < result.metrics["answer containment"] < 1
+    assert result.retrieval.metrics["questions"] == 4
+    assert result.retrieval.metrics["recall@3"] == ws.lab.evaluate("answers", cfg).metrics[
+        "recall@3"]  # the unanswerable question is left out of retrieval metrics
+    db = ws.settings.db_path
+    ws.close()
+    code, out, err = run_cli(db, "eval", "answers", "--answers", "--mode", "hybrid",
+                             "--threshold", "0.2", "--k", "3")
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [ln["type"] for ln in lines] == ["answer"] * 4 + ["answer_metrics"]
+    printed = lines[-1]["metrics"]
+    assert [printed[k] for k in ANSWER_METRICS] == [result.metrics[k] for k in ANSWER_METRICS]
+    assert printed["recall@3"] == result.retrieval.metrics["recall@3"]
+    code, out, err = run_cli(db, "eval", "answers", "--answers", "--format", "table",
+                             "--mode", "hybrid", "--threshold", "0.2", "--k", "3")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("answer containment"))
+    assert row.split()[-1] == f"{result.metrics['answer containment']:.4f}"
+
+
 @pytest.mark.slow
 def test_scifact_slice_eval_matches_the_benchmark(workspace, tmp_path):
     """A real SciFact slice (10 test queries, their abstracts and 30 others) through the BEIR
