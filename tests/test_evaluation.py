@@ -86,7 +86,7 @@ def test_document_level_judgments_collapse_passages_to_documents():
               2: {"document_name": "a", "document_id": "a"},
               3: {"document_name": "b", "document_id": "b"}}
     ranked = [RankedChunk(c, 0.5, 0.0, 0.0, 0.0, c, None, c, False) for c in (1, 2, 3)]
-    assert ev.score_question(q, ev._units(ranked, q, chunks), 6).first_relevant_rank == 2
+    assert ev.score_question(q, ev.rank_units(ranked, q, chunks), 6).first_relevant_rank == 2
 
 
 # --- on a real library -----------------------------------------------------------------------

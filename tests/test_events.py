@@ -69,7 +69,9 @@ def test_cli_ask_and_ingest_output_matches_the_contract(tmp_path):
                                        "page", "pageEnd", "score", "excerpt", "content", "ocr"}
     assert tokens and all(set(t) == {"type", "text"} for t in tokens)
     assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations",
-                         "answer", "sources"}
+                         "answer", "sources", "support"}
+    assert done["support"] and set(done["support"][0]) == {"sentence", "marks", "score",
+                                                           "supported"}
     for event in ingest + asked:
         bad = {k for k in _keys(event, set()) if not CAMEL.match(k)}
         assert not bad, f"non-camelCase keys on the wire: {bad}"

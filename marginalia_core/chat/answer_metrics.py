@@ -16,13 +16,13 @@ don't say".
 
 from __future__ import annotations
 
-import importlib
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from marginalia_core.chat.support import citation_quality
 from marginalia_core.citations import MARK_RE, renumber_sources
 from marginalia_core.providers.answerers.base import Answerer
 from marginalia_core.providers.answerers.prompting import (
@@ -50,7 +50,7 @@ class AnswerCheck:
     refused: bool
     contains: bool | None  # None: no expected answer, or a question with no answer
     first_contains: bool | None
-    citation_precision: float | None  # None: no support check available, or a refusal
+    citation_precision: float | None  # None: a refusal (it cites nothing)
     citation_recall: float | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,16 +77,6 @@ def first_sentence(answer: str) -> str:
     return (text[: end.end()] if end else text).strip()
 
 
-def citation_checker() -> Callable[..., Any] | None:
-    """``chat.support.citation_quality`` when the support check is installed, else None (the
-    citation columns stay empty rather than guessed)."""
-    try:
-        module = importlib.import_module("marginalia_core.chat.support")
-    except ImportError:
-        return None
-    return getattr(module, "citation_quality", None)
-
-
 def answer_with(answerer: Answerer, question: str, sources: list[dict[str, Any]]) -> str:
     """What Chat's answerer says to ``question`` given ``sources`` (no history, not saved)."""
     if not sources:
@@ -109,10 +99,7 @@ def check_answer(
     text, kept, valid, _ = renumber_sources(answer, sources)
     refused = not sources or not valid
     judged = bool(expected.strip()) and answerable
-    quality = None
-    checker = citation_checker()
-    if checker is not None and not refused:
-        quality = checker(text, kept, embedder)
+    quality = None if refused else citation_quality(text, kept, embedder)
     return AnswerCheck(
         question_id, question, expected, answerable, text, len(sources), refused,
         contains(expected, text) if judged else None,

@@ -302,6 +302,13 @@ def m012_library_token(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m013_message_support(conn: sqlite3.Connection) -> None:
+    """An answer's per-sentence citation check (``chat.support``), saved with it as a JSON list
+    of {sentence, marks, score, supported}; NULL for answers saved before the check existed."""
+    conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
+
+@migration
 def m016_question_answers(conn: sqlite3.Connection) -> None:
     """A question's expected answer (empty: none given), for the lab's answer metrics."""
     conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")

@@ -265,6 +265,12 @@ def p005_fold_diacritics(conn: psycopg.Connection) -> None:
 
 
 @pg_migration
+def p006_message_support(conn: psycopg.Connection) -> None:
+    """SQLite's m013: an answer's per-sentence citation check, JSON text (NULL: unchecked)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
+
+@pg_migration
 def p011_question_answers(conn: psycopg.Connection) -> None:
     """SQLite's m016: a question's expected answer (empty: none given)."""
     conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")
@@ -1062,6 +1068,7 @@ class PostgresStore:
         *,
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
+        support: Sequence[dict[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A question with its complete answer (creating the conversation if new), one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
@@ -1082,7 +1089,7 @@ class PostgresStore:
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query
+                conversation_id, "assistant", answer, sources, query=query, support=support
             )
         return user, assistant
 
@@ -1094,8 +1101,10 @@ class PostgresStore:
         sources: Sequence[dict[str, Any]],
         *,
         query: str | None = None,
+        support: Sequence[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """Insert a message inside an open ``write()`` transaction and touch its conversation."""
+        """Insert a message inside an open ``write()`` transaction and touch its conversation.
+        ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         raw = self.raw
         stamp = now_iso()
         msg = {
@@ -1106,21 +1115,24 @@ class PostgresStore:
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
             "query": query,
+            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
         }
         raw.execute(
-            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query) "
-            "VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
-            "%(created)s, %(query)s)",
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
+            "support) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
+            "%(created)s, %(query)s, %(support)s)",
             msg,
         )
         raw.execute(
             "UPDATE conversations SET updated = %s WHERE id = %s", (stamp, conversation_id)
         )
-        return {**msg, "sources": list(sources)}
+        return {**msg, "sources": list(sources),
+                "support": None if support is None else list(support)}
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         query = (
-            "SELECT id, conversation_id, role, content, sources, created, query FROM messages "
+            "SELECT id, conversation_id, role, content, sources, created, query, support "
+            "FROM messages "
             "WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
         )
         params: list[Any] = [conversation_id]
@@ -1131,6 +1143,7 @@ class PostgresStore:
         out = []
         for item in reversed(rows):
             item["sources"] = json.loads(item["sources"] or "[]")
+            item["support"] = None if item["support"] is None else json.loads(item["support"])
             out.append(item)
         return out
 
