@@ -126,12 +126,36 @@ class AnswerResult:
 
 
 @dataclass(frozen=True)
+class JudgedPassage:
+    """A judgment as a person reads it: its document, where in it, and the passage of the
+    library that holds it, whole ("" for a whole-document judgment or one no passage holds)."""
+
+    label: str
+    document: str
+    mime: str = ""
+    page_start: int | None = None
+    page_end: int | None = None
+    content: str = ""
+
+
+@dataclass(frozen=True)
 class SweepCost:
     """What a passage-size sweep will embed, told before it starts."""
 
+    sizes: int  # passage sizes the sweep tries
     passages: int  # passages of every size together
     to_embed: int  # of them, texts no earlier run has embedded
     characters: int  # characters to embed
+
+
+def _shared(row: dict[str, Any], j: qs.Judgment) -> int:
+    """Characters (span) or pages (page judgment) a passage shares with a judgment."""
+    if j.level == "span":
+        return min(int(row["end"]), int(j.span_end or 0)) - max(int(row["start"]),
+                                                                 int(j.span_start or 0))
+    last = j.page_end if j.page_end is not None else j.page_start
+    return min(int(row["page_end"]), int(last or 0)) - max(int(row["page_start"]),
+                                                          int(j.page_start or 0))
 
 
 def text_key(embedder_key: str, text: str) -> str:
@@ -241,6 +265,34 @@ class RetrievalLab:
         qset.questions.append(qs.Question(question, judgments, f"q{n}"))
         return self.sets.save(qset, replace=True)
 
+    def judged_passages(self, set_name: str) -> dict[str, JudgedPassage]:
+        """Every judgment of ``set_name`` by its label, with the library passage that holds it
+        (the one sharing most of its text), so a page can show it whole."""
+        qset = self.sets.get(set_name)
+        docs = {d["name"]: d for d in self.ws.store.list_documents()}
+        chunks: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, JudgedPassage] = {}
+        for j in (j for q in qset.questions for j in q.judgments):
+            if j.label in out:
+                continue
+            doc = docs.get(j.document)
+            if doc is None or j.level == "document":
+                out[j.label] = JudgedPassage(j.label, j.document,
+                                             str((doc or {}).get("mime") or ""))
+                continue
+            if doc["id"] not in chunks:
+                chunks[doc["id"]] = [{**r, "document_name": doc["name"]}
+                                     for r in self.ws.store.document_chunks(doc["id"])]
+            rows = [r for r in chunks[doc["id"]] if j.matches(r)]
+            best = max(rows, key=lambda r: _shared(r, j), default=None)
+            out[j.label] = JudgedPassage(
+                j.label, j.document, str(doc.get("mime") or ""),
+                best["page_start"] if best else j.page_start,
+                best["page_end"] if best else j.page_end,
+                best["content"] if best else "",
+            )
+        return out
+
     # -- evaluation and sweeps ---------------------------------------------------------------
 
     def default_config(self) -> ev.EvalConfig:
@@ -307,12 +359,13 @@ class RetrievalLab:
         own passages): shown before a sweep starts, since embedding is its whole cost."""
         texts: set[str] = set()
         passages = 0
-        for target, overlap in self._size_grid(grid, config or self.default_config()):
+        sizes = self._size_grid(grid, config or self.default_config())
+        for target, overlap in sizes:
             for *_, cs in self._plan(target, overlap):
                 passages += len(cs)
                 texts.update(c.text for c in cs)
         missing = self._uncached(sorted(texts))
-        return SweepCost(passages, len(missing), sum(len(t) for t in missing))
+        return SweepCost(len(sizes), passages, len(missing), sum(len(t) for t in missing))
 
     def chunk_sweep(
         self, set_name: str, grid=CHUNK_GRID, config: ev.EvalConfig | None = None, *,
@@ -455,7 +508,7 @@ class RetrievalLab:
     # -- why a passage was missed -------------------------------------------------------------
 
     def why_missed(
-        self, set_name: str, question_id: str, judgment: int, config: ev.EvalConfig
+        self, set_name: str, question_id: str, judgment: int | str, config: ev.EvalConfig
     ) -> MissReport:
         """Why judgment number ``judgment`` (of those with a grade) of a question was not among
         the passages ``config`` returns, ranked in the library's own index: the passage's
@@ -467,6 +520,8 @@ class RetrievalLab:
         if question is None:
             raise qs.QuestionSetError(f"No question {question_id!r} in {set_name!r}.")
         judged = [(i, j) for i, j in enumerate(question.judgments) if j.grade > 0]
+        if isinstance(judgment, str):  # a label, as evaluation reports missed judgments
+            judgment = next((n for n, (_, j) in enumerate(judged) if j.label == judgment), -1)
         if not 0 <= judgment < len(judged):
             raise qs.QuestionSetError(f"Question {question_id!r} has no judgment {judgment}.")
         index, j = judged[judgment]

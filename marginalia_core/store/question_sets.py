@@ -27,6 +27,7 @@ from marginalia_core.store.sqlite import new_id, now_iso
 
 # A chunk matches a span judgment when they share at least this share of the shorter of the two
 SPAN_OVERLAP = 0.5
+LABEL_WORDS = 6  # words of a span judgment's excerpt its label quotes
 _PAGES = re.compile(r"^\s*(\d+)\s*(?:[-–]\s*(\d+))?\s*$")
 
 
@@ -53,17 +54,26 @@ class Judgment:
         return "page" if self.page_start is not None else "document"
 
     @property
+    def pages(self) -> str:
+        """"p. 3" or "pp. 3–5"; "" for a judgment with no pages (a text file, a document)."""
+        if self.page_start is None:
+            return ""
+        if self.page_end in (None, self.page_start):
+            return f"p. {self.page_start}"
+        return f"pp. {self.page_start}–{self.page_end}"
+
+    @property
     def label(self) -> str:
+        """What a person reads: the document, its pages, and for a text span its first words
+        (never character offsets)."""
+        where = " ".join(p for p in (self.document, self.pages) if p)
         if self.level == "span":
-            return f"{self.document} chars {self.span_start}–{self.span_end}"
-        if self.level == "page":
-            pages = (
-                str(self.page_start)
-                if self.page_end in (None, self.page_start)
-                else f"{self.page_start}–{self.page_end}"
-            )
-            return f"{self.document} p. {pages}"
-        return self.document
+            words = " ".join(self.excerpt.split()[:LABEL_WORDS])
+            if words:
+                more = "…" if len(self.excerpt.split()) > LABEL_WORDS else ""
+                return f"{where} “{words}{more}”"
+            return f"{where} (a passage)"
+        return where
 
     def matches(self, chunk: dict[str, Any]) -> bool:
         """Does this chunk (a row with document name/id, pages and offsets) answer it?"""
