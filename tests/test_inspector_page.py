@@ -413,7 +413,7 @@ def test_why_wasnt_it_found_and_rerun_with_the_fix(app_env):
     assert report.fix is not None
     shown = {m.label: m.value for m in at.metric}
     assert shown["By meaning"] == f"#{report.dense_rank}"
-    assert shown["Dropped by"] == "the relevance threshold"
+    assert shown["Dropped by"] == "threshold"
     at.button(key="inspector_why_rerun").click().run()
     assert not at.exception
     assert any(f"With {report.fix_label}, this passage is found" in m.value.replace("\\", "")

@@ -13,10 +13,10 @@ from marginalia_app.inspector.tables import Column, show_table
 from marginalia_core.lab import MissReport
 from marginalia_core.retrieval import evaluation as ev
 
-REASONS = {
-    "found": "found", "threshold": "the relevance threshold", "top_k": "passages returned",
-    "fusion_weight": "the keyword weight", "mode": "the search method",
-    "document_scope": "the documents searched", "passage_boundary": "the passage boundaries",
+REASONS = {  # short enough for a metric's value at 1280 px
+    "found": "nothing", "threshold": "threshold", "top_k": "top-k",
+    "fusion_weight": "keyword weight", "mode": "method", "document_scope": "documents",
+    "passage_boundary": "boundaries",
 }
 DELTA_COLUMNS = (
     Column("question", "question"), Column("a", "rank now", numeric=True, fmt="d"),
@@ -64,7 +64,10 @@ def _report(c: Controls, name: str, config: ev.EvalConfig, r: MissReport) -> Non
         m[1].caption("no keyword match" if r.bm25 is None else f"BM25 {r.bm25:.2f}")
         m[2].metric("Fused", "–" if r.fused_rank is None else f"#{r.fused_rank}",
                     help="Rank in the settings' own order, before the threshold")
-        m[3].metric("Dropped by", REASONS.get(r.reason, r.reason))
+        m[3].metric("Dropped by", REASONS.get(r.reason, r.reason),
+                    help="The setting that kept it out: the relevance threshold, the number of "
+                    "passages returned (top-k), the keyword weight, the search method, the "
+                    "documents searched, or passage boundaries that split it")
         (st.success if r.reason == "found" else st.info)(
             fmt.escape_inline(r.explanation), icon=":material/search_insights:")
         if r.content:

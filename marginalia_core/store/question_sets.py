@@ -57,12 +57,12 @@ class Judgment:
 
     @property
     def pages(self) -> str:
-        """"p. 3" or "pp. 3–5"; "" for a judgment with no pages (a text file, a document)."""
+        """"p. 3" or "p. 3–5"; "" for a judgment with no pages (a text file, a document)."""
         if self.page_start is None:
             return ""
         if self.page_end in (None, self.page_start):
             return f"p. {self.page_start}"
-        return f"pp. {self.page_start}–{self.page_end}"
+        return f"p. {self.page_start}–{self.page_end}"
 
     @property
     def label(self) -> str:
