@@ -33,8 +33,9 @@ from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
+from marginalia_core.store import open_sqlite
 from marginalia_core.store import question_sets as qs
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore
 
 if TYPE_CHECKING:
     from marginalia_core.workspace import Workspace
@@ -296,12 +297,8 @@ class RetrievalLab:
     # -- evaluation and sweeps ---------------------------------------------------------------
 
     def default_config(self) -> ev.EvalConfig:
-        s = self.ws.settings
-        return ev.EvalConfig(
-            mode=s.retrieval_mode, threshold=s.threshold, top_k=s.top_k, alpha=s.fusion_alpha,
-            chunk_target=s.chunk_target, chunk_overlap=s.chunk_overlap,
-            embedder=self.embedder_key(),
-        )
+        return ev.EvalConfig(**self.ws.settings.retrieval.to_dict(),
+                             embedder=self.embedder_key())
 
     def embedder_key(self) -> str:
         """The active embedder's key, or its model name while a model server is down."""
@@ -333,8 +330,8 @@ class RetrievalLab:
         (default: RECALL_FLOOR_SHARE of the recall at ``current``, Chat's threshold)."""
         prepared = prepared or self.prepare(set_name)
         return ev.threshold_sweep(
-            self.retriever, prepared, mode=mode or self.ws.settings.retrieval_mode,
-            top_k=top_k or self.ws.settings.top_k, alpha=alpha, current=current, floor=floor,
+            self.retriever, prepared, mode=mode, top_k=top_k, alpha=alpha, current=current,
+            floor=floor,
         )
 
     def weight_sweep(
@@ -414,11 +411,8 @@ class RetrievalLab:
         in the database); documents chunked otherwise are re-indexed (the events of each)."""
         if self.same_effect(config, self.defaults()):
             return self.ws.apply_settings({})  # the defaults again, not a copy of them
-        return self.ws.apply_settings({
-            "retrieval_mode": config.mode, "threshold": config.threshold,
-            "top_k": config.top_k, "fusion_alpha": config.alpha,
-            "chunk_target": config.chunk_target, "chunk_overlap": config.chunk_overlap,
-        })
+        applied = {k: v for k, v in config.to_dict().items() if k != "embedder"}
+        return self.ws.apply_settings(applied)
 
     def applied(self) -> ev.EvalConfig:
         """The configuration Chat uses now (the applied settings over the defaults)."""
@@ -427,13 +421,11 @@ class RetrievalLab:
     def defaults(self) -> ev.EvalConfig:
         """The configuration of the defaults (environment and built-in), every value spelled
         out: what "Reset to defaults" puts in the controls."""
-        s = self.ws.defaults
-        threshold = self.ws.embedder.default_threshold if s.threshold is None else s.threshold
-        return self.resolved(ev.EvalConfig(
-            mode=s.retrieval_mode, threshold=threshold, top_k=s.top_k,
-            alpha=Candidates.alpha_for(s.fusion_alpha), chunk_target=s.chunk_target,
-            chunk_overlap=s.chunk_overlap, embedder=self.embedder_key(),
-        ))
+        d = self.ws.defaults.retrieval
+        threshold = self.ws.embedder.default_threshold if d.threshold is None else d.threshold
+        return self.resolved(ev.EvalConfig(**{**d.to_dict(), "threshold": threshold,
+                                              "alpha": Candidates.alpha_for(d.alpha)},
+                                           embedder=self.embedder_key()))
 
     def tuning(self) -> Tuning:
         """How the applied settings differ from the defaults, and the saved configuration
@@ -457,16 +449,11 @@ class RetrievalLab:
     def resolved(self, config: ev.EvalConfig) -> ev.EvalConfig:
         """``config`` with every ``None`` spelled out (the threshold, fusion weight and passage
         size it stands for, the overlap clamped as chunking clamps it): what it does."""
-        s = self.ws.settings
-        target = s.chunk_target if config.chunk_target is None else config.chunk_target
-        overlap = s.chunk_overlap if config.chunk_overlap is None else config.chunk_overlap
-        alpha = s.fusion_alpha if config.alpha is None else config.alpha
         return replace(
             config,
-            threshold=round(self.retriever.threshold if config.threshold is None
-                            else float(config.threshold), 4),
-            alpha=round(Candidates.alpha_for(alpha), 4),
-            chunk_target=int(target), chunk_overlap=effective_overlap(target, overlap),
+            threshold=round(self.retriever.threshold_of(config), 4),
+            alpha=round(self.retriever.alpha_of(config), 4),
+            chunk_overlap=effective_overlap(config.chunk_target, config.chunk_overlap),
         )
 
     def same_effect(self, a: ev.EvalConfig, b: ev.EvalConfig) -> bool:
@@ -567,10 +554,8 @@ class RetrievalLab:
                    cfg: ev.EvalConfig) -> int | None:
         """Rank of the first unit holding judgment ``index`` under ``cfg`` (threshold and all),
         as evaluation ranks units; None when it is not in the first ``ev.DEPTH``."""
-        ranked = self.retriever.rank(cands, mode=cfg.mode, threshold=cfg.threshold,
-                                     alpha=cfg.alpha)
-        chunks = self.ws.store.chunks_by_ids([r.chunk_id for r in ranked[: ev.DEPTH * 4]])
-        units = ev.rank_units(ranked, question, chunks)
+        hits = self.retriever.retrieve(cands, cfg, top_k=False)
+        units = ev.rank_units(hits, question)
         return next((n for n, (_, m) in enumerate(units, 1) if index in m), None)
 
     def _dropped(self, report: MissReport, cands: Candidates, question: qs.Question,
@@ -650,9 +635,8 @@ class RetrievalLab:
     ) -> list[Hit]:
         """What search returns with these settings, from the same cached candidates as
         ``explain`` (moving a control embeds nothing again)."""
-        ranked = self.retriever.rank(self._candidates(query), mode=mode, threshold=threshold,
-                                     k=self.ws.settings.top_k if k is None else k, alpha=alpha)
-        return self.retriever.hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
+        config = self.retriever.config(mode=mode, threshold=threshold, top_k=k, alpha=alpha)
+        return self.retriever.retrieve(self._candidates(query), config)
 
     def _candidates(self, query: str) -> Candidates:
         key = (query, self.ws.store.generation(), self.ws.embedder.key)
@@ -669,9 +653,7 @@ class RetrievalLab:
     # -- scratch indexes ----------------------------------------------------------------------
 
     def _needs_scratch(self, cfg: ev.EvalConfig) -> bool:
-        s = self.ws.settings
-        target = cfg.chunk_target if cfg.chunk_target is not None else s.chunk_target
-        overlap = cfg.chunk_overlap if cfg.chunk_overlap is not None else s.chunk_overlap
+        target, overlap = cfg.chunk_target, cfg.chunk_overlap
         docs = self.ws.store.list_documents()
         return any(
             (d["chunk_target"], d["chunk_overlap"])
@@ -707,10 +689,9 @@ class RetrievalLab:
         """A scratch index of the library split with ``cfg``'s passage size: (its retriever,
         passages, texts embedded now)."""
         s = self.ws.settings
-        target = cfg.chunk_target if cfg.chunk_target is not None else s.chunk_target
-        overlap = cfg.chunk_overlap if cfg.chunk_overlap is not None else s.chunk_overlap
+        target, overlap = cfg.chunk_target, cfg.chunk_overlap
         folder = Path(tempfile.mkdtemp(prefix="marginalia-sweep-"))
-        scratch = Store(folder / "scratch.db")
+        scratch = open_sqlite(folder / "scratch.db")
         try:
             chunks, embedded = self._build_scratch(
                 scratch, target, overlap, progress=progress, cancel=cancel
@@ -740,15 +721,12 @@ class RetrievalLab:
         with self._retriever_for(cfg, progress=progress, cancel=cancel) as retriever:
             prepared = ev.prepare(retriever, qset, progress=progress, cancel=cancel)
             retrieval = ev.evaluate_prepared(retriever, prepared, cfg)
-            threshold = retrieval.threshold
             total = len(qset.questions)
             for n, (q, cands) in enumerate(zip(qset.questions, prepared.candidates,
                                                strict=True), 1):
                 if cancel is not None and cancel.is_set():
                     raise ev.Cancelled()
-                ranked = retriever.rank(cands, mode=cfg.mode, threshold=threshold,
-                                        k=cfg.top_k, alpha=cfg.alpha)
-                hits = retriever.hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
+                hits = retriever.retrieve(cands, cfg, passages=prepared.chunks)
                 sources = [dict(h.as_source(i)) for i, h in enumerate(hits, 1)]
                 answer = am.answer_with(answerer, q.text, sources)
                 checks.append(am.check_answer(q.id, q.text, q.answer, q.answerable, answer,
@@ -760,7 +738,7 @@ class RetrievalLab:
                             getattr(answerer, "model", "") or answerer.name)
 
     def _build_scratch(
-        self, scratch: Store, target: int, overlap: int, *, progress=None, cancel=None
+        self, scratch: LibraryStore, target: int, overlap: int, *, progress=None, cancel=None
     ) -> tuple[int, int]:
         emb = self.ws.embedder
         planned = self._plan(target, overlap)

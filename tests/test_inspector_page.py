@@ -13,6 +13,7 @@ from conftest import ROOT, SAMPLES
 from streamlit.testing.v1 import AppTest
 
 from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.lab import RetrievalLab
 from marginalia_core.retrieval import evaluation as ev
 
 APP = str(ROOT / "app.py")
@@ -156,7 +157,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     ws = app_env
     at = start()
     make_set(at)
-    qset = ws.lab.get_set("mine")
+    qset = RetrievalLab(ws).get_set("mine")
     assert [q.text for q in qset.questions] == [q for q, _ in QUESTIONS]
     assert [q.judgments[0].document for q in qset.questions] == [d for _, d in QUESTIONS]
     assert all(j.span_start is not None for q in qset.questions for j in q.judgments)
@@ -165,7 +166,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     assert at.selectbox(key="inspector_set").value == "mine"
     at.button(key="inspector_evaluate").click().run()
     assert not at.exception
-    expected = ws.lab.evaluate("mine", ev.EvalConfig(
+    expected = RetrievalLab(ws).evaluate("mine", ev.EvalConfig(
         mode="hybrid", threshold=ws.retriever.threshold, top_k=6, alpha=0.55))
     shown = {m.label: m.value for m in at.metric}
     assert shown["Ranking (nDCG@10)"] == f"{expected.metrics['ndcg@10']:.3f}"
@@ -182,7 +183,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
 
     at.button(key="inspector_sweep_t").click().run()
     assert not at.exception
-    sweep = ws.lab.threshold_sweep("mine", mode="hybrid", top_k=6, alpha=0.55)
+    sweep = RetrievalLab(ws).threshold_sweep("mine", mode="hybrid", top_k=6, alpha=0.55)
     assert any(f"suggested {sweep.suggested:.2f}" in m.value for m in at.markdown)
     assert len(at.get("vega_lite_chart")) >= 1
     at.button(key="inspector_use_suggested").click().run()
@@ -197,7 +198,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     at.text_input(key="inspector_cfg_name").input("strict dense").run()
     at.button(key="inspector_save_cfg").click().run()
     assert not at.exception
-    saved = ws.lab.configs()
+    saved = RetrievalLab(ws).configs()
     assert set(saved) == {"suggested", "strict dense"}
     assert (saved["strict dense"].mode, saved["strict dense"].threshold) == ("dense", 0.6)
 
@@ -206,7 +207,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     at.selectbox(key="inspector_cfg_b").set_value("suggested").run()
     at.button(key="inspector_compare").click().run()
     assert not at.exception
-    cmp = ws.lab.compare("mine", "strict dense", "suggested")
+    cmp = RetrievalLab(ws).compare("mine", "strict dense", "suggested")
     deltas = html_table(at, "rank in A")
     assert [number(r["rank in A"]) for r in deltas] == [d.rank_a for d in cmp.deltas]
     assert [number(r["rank in B"]) for r in deltas] == [d.rank_b for d in cmp.deltas]
@@ -223,8 +224,8 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
                for m in at.success)
     tuning = ws.retrieval_tuning()
     assert tuning.config == "suggested"
-    assert tuning.tuned == (sweep.suggested != ws.lab.defaults().threshold)
-    assert ws.lab.same_effect(ws.lab.applied(), saved["suggested"])
+    assert tuning.tuned == (sweep.suggested != RetrievalLab(ws).defaults().threshold)
+    assert RetrievalLab(ws).same_effect(RetrievalLab(ws).applied(), saved["suggested"])
     at.selectbox(key="inspector_load_name").set_value("strict dense").run()
     at.button(key="inspector_load").click().run()
     assert not at.exception
@@ -232,7 +233,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     assert at.slider(key="inspector_threshold").value == pytest.approx(0.6)
     assert not at.button(key="inspector_apply").disabled  # loaded, not applied
     at.button(key="inspector_reset").click().run()
-    defaults = ws.lab.defaults()
+    defaults = RetrievalLab(ws).defaults()
     assert at.button_group(key="inspector_mode").value == defaults.mode
     assert at.slider(key="inspector_threshold").value == pytest.approx(defaults.threshold)
     assert at.number_input(key="inspector_k").value == defaults.top_k
@@ -250,7 +251,7 @@ def test_apply_to_chat_and_controls_survive_navigation(app_env):
     assert not at.exception
     assert at.success and "Chat now uses these settings" in at.success[0].value
     assert at.button(key="inspector_apply").disabled  # applied: nothing to apply
-    assert ws.applied_settings()["retrieval_mode"] == "lexical"
+    assert ws.applied_settings()["mode"] == "lexical"
     assert ws.applied_settings()["top_k"] == 2
 
     at.switch_page(CHAT).run()
@@ -288,7 +289,7 @@ def test_keyword_weight_and_passage_size_sweeps(app_env):
     charts_before = len(at.get("vega_lite_chart"))
     at.button(key="inspector_sweep_w").click().run()
     assert not at.exception
-    sweep = ws.lab.weight_sweep("sizes", ws.lab.default_config())
+    sweep = RetrievalLab(ws).weight_sweep("sizes", RetrievalLab(ws).default_config())
     kw = {p.alpha: round(1 - p.alpha, 2) for p in sweep.points}
     assert (f"**Keyword weight sweep** · now {kw[sweep.current]:.2f} · suggested "
             f"{kw[sweep.best]:.2f}") in [m.value for m in at.markdown]
@@ -298,7 +299,7 @@ def test_keyword_weight_and_passage_size_sweeps(app_env):
 
     at.button(key="inspector_sweep_c").click().run()
     assert not at.exception
-    cost = ws.lab.chunk_sweep_cost(config=ws.lab.default_config())
+    cost = RetrievalLab(ws).chunk_sweep_cost(config=RetrievalLab(ws).default_config())
     assert any(f"{cost.passages:,} passages in 3 sizes" in m.value for m in at.markdown)
     assert not html_tables_with(at, "passage size / overlap")  # nothing ran yet
     at.button(key="inspector_sweep_c_start").click().run()
@@ -312,7 +313,7 @@ def test_keyword_weight_and_passage_size_sweeps(app_env):
     assert counts == sorted(counts, reverse=True)  # bigger passages, fewer of them
     assert not list(ws.store.conn.execute(
         "SELECT 1 FROM documents WHERE chunk_target != 1400"))  # the library is untouched
-    assert ws.lab.chunk_sweep_cost(config=ws.lab.default_config()).to_embed == 0
+    assert RetrievalLab(ws).chunk_sweep_cost(config=RetrievalLab(ws).default_config()).to_embed == 0
 
 
 def _sweep(current: float, suggested: float) -> ev.ThresholdSweep:
@@ -367,7 +368,7 @@ def test_answer_metrics_on_the_page_equal_the_cli(app_env, tmp_path):
     ws = app_env
     path = tmp_path / "answers.csv"
     path.write_text(ANSWERS_CSV, encoding="utf-8")
-    ws.lab.import_set(path, name="with answers")
+    RetrievalLab(ws).import_set(path, name="with answers")
     at = start()
     section(at, "Question sets")
     editor = at.get("arrow_data_editor") or at.get("data_editor")
@@ -403,13 +404,13 @@ def test_why_wasnt_it_found_and_rerun_with_the_fix(app_env):
     at.slider(key="inspector_threshold").set_value(0.6).run()
     at.button(key="inspector_evaluate").click().run()
     assert not at.exception
-    result = ws.lab.evaluate("why", ev.EvalConfig(mode="dense", threshold=0.6, top_k=6,
-                                                  alpha=ws.lab.applied().alpha))
+    result = RetrievalLab(ws).evaluate("why", ev.EvalConfig(mode="dense", threshold=0.6, top_k=6,
+                                                  alpha=RetrievalLab(ws).applied().alpha))
     missed = [(q.question_id, label) for q in result.questions for label in q.missed]
     assert missed  # 0.6 drops ticked passages
     at.button(key="inspector_why").click().run()
     assert not at.exception
-    report = ws.lab.why_missed("why", *missed[0], result.config)
+    report = RetrievalLab(ws).why_missed("why", *missed[0], result.config)
     assert report.fix is not None
     shown = {m.label: m.value for m in at.metric}
     assert shown["By meaning"] == f"#{report.dense_rank}"

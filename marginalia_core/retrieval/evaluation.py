@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from marginalia_core.citations import has_pages
-from marginalia_core.retrieval.retriever import Candidates, RankedChunk, Retriever
+from marginalia_core.config import RetrievalConfig
+from marginalia_core.retrieval.retriever import Candidates, Hit, Retriever
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet
 
 NDCG_AT = 10
 DEPTH = 100  # units ranked per question: the first-relevant rank is reported up to here
 THRESHOLD_GRID = tuple(round(-0.1 + 0.025 * i, 3) for i in range(37))  # -0.1 .. 0.8
 WEIGHT_GRID = tuple(round(0.1 * i, 1) for i in range(11))  # dense weight 0 .. 1
-MODES = ("dense", "lexical", "hybrid")
 # A suggestion keeps recall at or above this share of the current setting's (unless the user
 # sets a floor of their own); metrics this close count as a tie, and ties go to the current value
 RECALL_FLOOR_SHARE = 0.95
@@ -42,23 +42,19 @@ class Cancelled(Exception):
 
 
 @dataclass(frozen=True)
-class EvalConfig:
-    """What a retrieval configuration fixes. ``None`` = the library's setting / default."""
+class EvalConfig(RetrievalConfig):
+    """A retrieval configuration as the lab saves and evaluates it: ``RetrievalConfig`` (its
+    defaults; threshold and fusion weight ``None`` = the library's setting) plus the embedder
+    it was measured with. The passage size is the chunk sweep's; evaluation ranks the library
+    as indexed."""
 
-    mode: str = "hybrid"
-    threshold: float | None = None
-    top_k: int = 6
-    alpha: float | None = None  # hybrid: weight of the dense score; None = lexical.ALPHA
-    chunk_target: int | None = None  # informative here; the chunk sweep re-indexes for these
-    chunk_overlap: int | None = None
     embedder: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EvalConfig:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+    def from_dict(cls, d: Mapping[str, Any]) -> EvalConfig:
+        """From a saved dict: unknown keys and ``None`` values are left out (defaults)."""
+        known = {k: v for k, v in d.items()
+                 if k in cls.__dataclass_fields__ and v is not None}
         return cls(**known)
 
 
@@ -200,23 +196,20 @@ def prepare(
 # --- scoring one question --------------------------------------------------------------------
 
 
-def rank_units(
-    ranked: Sequence[RankedChunk], question: Question, chunks: dict[int, dict[str, Any]]
-) -> list[tuple[float, frozenset[int]]]:
-    """(cosine of the unit's best passage, indexes of the judgments it matches), best first."""
+def rank_units(hits: Sequence[Hit], question: Question) -> list[tuple[float, frozenset[int]]]:
+    """(cosine of the unit's best passage, indexes of the judgments it matches), best first.
+    A unit is a passage, or a document when every judgment is at document level."""
     judged = [(i, j) for i, j in enumerate(question.judgments) if j.grade > 0]
     by_doc = bool(judged) and all(j.level == "document" for _, j in judged)
     out: list[tuple[float, frozenset[int]]] = []
     seen: set[str] = set()
-    for r in ranked:
-        row = chunks.get(r.chunk_id)
-        if row is None:
-            continue
+    for hit in hits:
         if by_doc:
-            if row["document_name"] in seen:
+            if hit.document_name in seen:
                 continue
-            seen.add(row["document_name"])
-        out.append((r.cosine, frozenset(i for i, j in judged if j.matches(row))))
+            seen.add(hit.document_name)
+        row = vars(hit)  # the fields a judgment matches on: document, pages, offsets
+        out.append((hit.score, frozenset(i for i, j in judged if j.matches(row))))
         if len(out) >= DEPTH:
             break
     return out
@@ -288,11 +281,13 @@ def summarize(results: Sequence[QuestionResult], k: int) -> dict[str, float]:
 def evaluate_prepared(
     retriever: Retriever, prepared: Prepared, config: EvalConfig
 ) -> EvalResult:
-    threshold = retriever.threshold if config.threshold is None else float(config.threshold)
+    """Metrics of ``config`` on prepared questions: each ranked by ``Retriever.retrieve`` (the
+    path Chat takes) past the top k, then scored by unit."""
+    threshold = retriever.threshold_of(config)
     results = []
     for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
-        ranked = retriever.rank(c, mode=config.mode, threshold=threshold, alpha=config.alpha)
-        results.append(score_question(q, rank_units(ranked, q, prepared.chunks), config.top_k))
+        hits = retriever.retrieve(c, config, top_k=False, passages=prepared.chunks)
+        results.append(score_question(q, rank_units(hits, q), config.top_k))
     return EvalResult(
         prepared.qset.name, config, threshold, summarize(results, config.top_k), results
     )
@@ -307,8 +302,8 @@ def evaluate(
     cancel: threading.Event | None = None,
 ) -> EvalResult:
     """Metrics for ``qset`` under ``config`` on the retriever's library."""
-    config = config or EvalConfig(mode=retriever.settings.retrieval_mode,
-                                  top_k=retriever.settings.top_k)
+    config = config or EvalConfig(mode=retriever.settings.retrieval.mode,
+                                  top_k=retriever.settings.retrieval.top_k)
     prepared = prepare(retriever, qset, progress=progress, cancel=cancel)
     return evaluate_prepared(retriever, prepared, config)
 
@@ -341,8 +336,8 @@ def threshold_sweep(
     retriever: Retriever,
     prepared: Prepared,
     *,
-    mode: str = "hybrid",
-    top_k: int = 6,
+    mode: str | None = None,
+    top_k: int | None = None,
     alpha: float | None = None,
     grid: Sequence[float] = THRESHOLD_GRID,
     current: float | None = None,
@@ -357,12 +352,14 @@ def threshold_sweep(
     ``current``, Chat's threshold when not given): a stricter threshold only pays while it
     loses nothing that matters. The best-F1 threshold is reported beside it."""
     current = retriever.threshold if current is None else round(float(current), 4)
+    config = retriever.config(mode=mode, top_k=top_k, alpha=alpha, threshold=-math.inf)
+    mode, top_k = config.mode, config.top_k
     per_q = []
     for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
-        ranked = retriever.rank(c, mode=mode, threshold=-math.inf, alpha=alpha)
+        hits = retriever.retrieve(c, config, top_k=False, passages=prepared.chunks)
         if mode == "hybrid":  # a keyword rescue passes every threshold
-            ranked = [replace(r, cosine=math.inf) if r.rescued else r for r in ranked]
-        per_q.append((q.text, rank_units(ranked, q, prepared.chunks)))
+            hits = [replace(h, score=math.inf) if h.rescued else h for h in hits]
+        per_q.append((q.text, rank_units(hits, q)))
     points = []
     total_judged = sum(sum(1 for j in q.judgments if j.grade > 0) for q in prepared.qset.questions)
     for t in sorted({*grid, current}):
@@ -405,8 +402,7 @@ def weight_sweep(
     library's). The suggestion is the weight of best ``key`` among those keeping recall@k at
     or above ``floor`` (default: RECALL_FLOOR_SHARE of ``base``'s); a tie goes to ``base``'s
     weight, so a flat curve suggests no change."""
-    alpha = retriever.settings.fusion_alpha if base.alpha is None else base.alpha
-    current = round(Candidates.alpha_for(alpha), 4)
+    current = round(retriever.alpha_of(base), 4)
     points = []
     for a in sorted({*(round(float(g), 4) for g in grid), current}):
         result = evaluate_prepared(retriever, prepared, replace(base, mode="hybrid", alpha=a))
