@@ -78,7 +78,7 @@ def _tick_and_save(lab: RetrievalLab, c: Controls) -> None:
     ticked = []
     terms = lab.query_terms(q)
     for h in hits:
-        pages = fmt.page_label(h.page_start, h.page_end, h.mime)
+        pages = fmt.page_label(h.page_start, h.page_end, h.mime, h.location)
         words = h.content.split()
         first = " ".join(words[:TICK_WORDS]) + ("…" if len(words) > TICK_WORDS else "")
         label = (f"{fmt.escape_inline(h.document_name, 50)}"
