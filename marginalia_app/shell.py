@@ -23,6 +23,7 @@ from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import job_indicator
 from marginalia_core.config import Settings, load_settings
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.lab import RetrievalLab
 from marginalia_core.providers.local_servers import normalize
 from marginalia_core.workspace import Workspace
 
@@ -57,6 +58,11 @@ CSS = """
 .mg-question, .mg-note { color: rgba(49, 51, 63, 0.65); font-size: 0.85rem; margin: 0.2rem 0 0.4rem; }
 .mg-card { border: 1px solid rgba(49, 51, 63, 0.15); border-radius: 0.5rem; margin: 0 0 0.5rem;
   scroll-margin-top: 4.5rem; background: white; }
+.mg-table { overflow-x: auto; margin: 0.3rem 0 0.6rem; }
+.mg-table table { border-collapse: collapse; font-size: 0.82rem; }
+.mg-table th, .mg-table td { border: 1px solid rgba(49, 51, 63, 0.2); padding: 0.15rem 0.4rem;
+  vertical-align: top; }
+.mg-table th { background: rgba(49, 51, 63, 0.05); }
 .mg-head { display: block; padding: 0.45rem 0.75rem; font-size: 0.92rem; font-weight: 600;
   color: inherit !important; text-decoration: none !important; }
 .mg-head::before { content: "\\25B8  "; color: rgba(49, 51, 63, 0.5); }
@@ -143,6 +149,17 @@ def _workspace(key: str, _settings: Settings) -> Workspace:
     base_key = _settings_key(base)
     _ingest_worker(base_key, base)
     return Workspace(_settings, embedder=_embedder(base_key, base))
+
+
+@st.cache_resource(show_spinner=False)
+def _lab(key: str, _ws: Workspace) -> RetrievalLab:
+    return RetrievalLab(_ws)
+
+
+def retrieval_lab(ws: Workspace) -> RetrievalLab:
+    """The lab over the process's Workspace, kept with it, so its cache of candidates (moving
+    an Inspector control embeds nothing again) outlives a rerun."""
+    return _lab(_settings_key(ws.defaults), ws)
 
 
 def workspace() -> Workspace:

@@ -15,13 +15,14 @@ from marginalia_app.inspector.common import (
     remember,
     run_guarded,
 )
+from marginalia_app.shell import retrieval_lab
 from marginalia_core.config import RETRIEVAL_MODES
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.workspace import Workspace
 
 
 def draw(ws: Workspace) -> Controls:
-    lab = ws.lab
+    lab = retrieval_lab(ws)
     settings = ws.settings
     embedder = ws.embedder
     applied = lab.applied()
@@ -65,7 +66,7 @@ def draw(ws: Workspace) -> Controls:
     with cols[4]:
         target = int(st.number_input(
             "Passage size", min_value=100, max_value=20_000, step=100,
-            key=keep("inspector_target", int(applied.chunk_target or settings.chunk_target)),
+            key=keep("inspector_target", int(applied.chunk_target or settings.retrieval.chunk_target)),
             help="Characters per passage when documents are split (chunk TARGET).",
         ))
     with cols[5]:
@@ -73,7 +74,7 @@ def draw(ws: Workspace) -> Controls:
             "Overlap", min_value=0, max_value=10_000, step=50,
             key=keep("inspector_overlap",
                      int(applied.chunk_overlap if applied.chunk_overlap is not None
-                         else settings.chunk_overlap)),
+                         else settings.retrieval.chunk_overlap)),
             help="Characters shared by neighbouring passages (chunk OVERLAP).",
         ))
     remember()
