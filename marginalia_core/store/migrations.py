@@ -332,6 +332,12 @@ def m018_document_source(conn: sqlite3.Connection) -> None:
     run_statements(conn, *DOCUMENT_SOURCE_STATEMENTS)
 
 
+@migration
+def m016_question_answers(conn: sqlite3.Connection) -> None:
+    """A question's expected answer (empty: none given), for the lab's answer metrics."""
+    conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")
+
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:
     the upgrade holds the write lock from reading what is pending to recording what it applied."""

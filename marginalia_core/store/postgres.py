@@ -278,6 +278,12 @@ def p010_document_source(conn: psycopg.Connection) -> None:
     run_statements(conn, *DOCUMENT_SOURCE_STATEMENTS)
 
 
+@pg_migration
+def p011_question_answers(conn: psycopg.Connection) -> None:
+    """SQLite's m016: a question's expected answer (empty: none given)."""
+    conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")
+
+
 def _document(row: dict[str, Any]) -> dict[str, Any]:
     """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
     row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
