@@ -58,6 +58,11 @@ CSS = """
 .mg-question, .mg-note { color: rgba(49, 51, 63, 0.65); font-size: 0.85rem; margin: 0.2rem 0 0.4rem; }
 .mg-card { border: 1px solid rgba(49, 51, 63, 0.15); border-radius: 0.5rem; margin: 0 0 0.5rem;
   scroll-margin-top: 4.5rem; background: white; }
+.mg-table { overflow-x: auto; margin: 0.3rem 0 0.6rem; }
+.mg-table table { border-collapse: collapse; font-size: 0.82rem; }
+.mg-table th, .mg-table td { border: 1px solid rgba(49, 51, 63, 0.2); padding: 0.15rem 0.4rem;
+  vertical-align: top; }
+.mg-table th { background: rgba(49, 51, 63, 0.05); }
 .mg-head { display: block; padding: 0.45rem 0.75rem; font-size: 0.92rem; font-weight: 600;
   color: inherit !important; text-decoration: none !important; }
 .mg-head::before { content: "\\25B8  "; color: rgba(49, 51, 63, 0.5); }
@@ -82,6 +87,10 @@ mark.mg-hl { background: rgba(255, 164, 33, 0.35); font-weight: 600; padding: 0 
   border-radius: 0.15rem; color: inherit; }
 .mg-page summary { cursor: pointer; font-size: 0.88rem; color: rgb(0, 84, 163); margin: 0.2rem 0; }
 .mg-page-img { width: 100%; border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.3rem; }
+/* the Inspector: a ticked candidate's whole passage opens under its checkbox */
+details.lab-whole { margin: -0.4rem 0 0.4rem 1.9rem; }
+details.lab-whole summary { cursor: pointer; font-size: 0.85rem; color: rgb(0, 84, 163); }
+details.lab-whole .mg-passage { padding: 0.3rem 0.6rem; border-left: 3px solid rgba(47, 125, 109, 0.5); }
 /* phone width: the margin stacks under the answer and is not sticky */
 @media (max-width: 640px) {
   [data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: static; }

@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from marginalia_core import __version__, events
 from marginalia_core.config import RETRIEVAL_MODES, load_settings, mask_url
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.ingest.web import is_web_address
 from marginalia_core.lab import RetrievalLab
 from marginalia_core.store import copy_to_postgres
 from marginalia_core.store.base import is_postgres_url
@@ -45,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"marginalia {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("ingest", help="index files (PDF, TXT, MD); prints stage/done/error events")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p = sub.add_parser("ingest", help="index files (PDF, Word, PowerPoint, Excel, CSV, ODT, EPUB, "
+                       "HTML, TXT, MD) or web pages (https://...); prints stage/done/error events")
+    p.add_argument("files", nargs="+", metavar="FILE_OR_URL")
     pw = p.add_mutually_exclusive_group()
     pw.add_argument("--password", help="password for encrypted PDFs (visible to other users "
                     "of this machine in the process list: prefer --password-file)")
@@ -83,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", choices=["threshold", "weight", "chunks"], help="run a sweep")
     p.add_argument("--target", type=int, help="passage size in characters (scratch index)")
     p.add_argument("--overlap", type=int, help="passage overlap in characters (scratch index)")
+    p.add_argument("--answers", action="store_true",
+                   help="also answer every question and measure the answers (containment, "
+                   "refusals, citation precision/recall) against the set's expected answers")
     p.add_argument("--format", choices=["ndjson", "table"], default="ndjson")
     _common(p)
 
@@ -107,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("documents", help="list indexed documents")
     _common(p)
     p = sub.add_parser("delete", help="delete a document and its chunks")
+    p.add_argument("id", metavar="ID")
+    _common(p)
+    p = sub.add_parser("refresh", help="fetch a web page document again; replaced if changed")
     p.add_argument("id", metavar="ID")
     _common(p)
     p = sub.add_parser("reindex", help="re-chunk/re-embed documents with the active embedder")
@@ -215,7 +223,20 @@ def _password(args: argparse.Namespace) -> str | None:
 
 
 def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    return _stream(ws.ingest_files(args.files, password=_password(args)), out, err, "refused")
+    password = _password(args)
+
+    def each() -> Iterator[events.Event]:
+        for item in args.files:  # in the order given; a web address is fetched, only here
+            if is_web_address(item):
+                yield from ws.ingest_url(item)
+            else:
+                yield from ws.ingest_files([item], password=password)
+
+    return _stream(each(), out, err, "refused")
+
+
+def cmd_refresh(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _stream(ws.refresh(args.id), out, err, "refresh failed")
 
 
 def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -363,6 +384,8 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
                        "chunks": p.chunks, "embedded_now": p.embedded_now,
                        "metrics": p.result.metrics}, out)
         return EXIT_OK
+    if args.answers:
+        return _eval_answers(lab, args, cfg, out)
     if args.compare:
         cmp = lab.compare(args.set, cfg, args.compare)
         if table:
@@ -388,6 +411,41 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
             _emit({"type": "question", **asdict(q)}, out)
         _emit({"type": "metrics", "set": result.set_name, "config": result.config.to_dict(),
                "threshold": result.threshold, "metrics": result.metrics}, out)
+    return EXIT_OK
+
+
+def answer_figures(result: Any) -> list[tuple[str, float | None]]:
+    """The figures of an answer evaluation, as the lab page shows them: the answer metrics,
+    then the retrieval metrics of the same run."""
+    from marginalia_core.chat.answer_metrics import ANSWER_METRICS
+
+    return ([(k, result.metrics[k]) for k in ANSWER_METRICS]
+            + [(k, v) for k, v in result.retrieval.metrics.items() if k != "questions"])
+
+
+def _eval_answers(lab: RetrievalLab, args: argparse.Namespace, cfg: Any, out: TextIO) -> int:
+    runs = [("A (this)", lab.evaluate_answers(args.set, cfg))]
+    if args.compare:
+        runs.append((f"B ({args.compare})",
+                     lab.evaluate_answers(args.set, lab.config(args.compare))))
+    if args.format == "table":
+        for name, result in runs:
+            out.write(f"{name}: answered by {result.answerer}\n")
+            out.write(_table([[a.question_id, a.expected[:30], a.refused, a.contains,
+                               a.first_contains, a.citation_precision, a.citation_recall]
+                              for a in result.answers],
+                             ["question", "expected", "refused", "contains", "first sentence",
+                              "cit. precision", "cit. recall"]))
+        figures = [answer_figures(r) for _, r in runs]
+        out.write(_table([[k, *[dict(f)[k] for f in figures]] for k, _ in figures[0]],
+                         ["metric", *[n for n, _ in runs]]))
+        return EXIT_OK
+    for name, result in runs:
+        for a in result.answers:
+            _emit({"type": "answer", "run": name, **a.to_dict()}, out)
+        _emit({"type": "answer_metrics", "run": name, "set": result.set_name,
+               "config": result.config.to_dict(), "answerer": result.answerer,
+               "metrics": dict(answer_figures(result))}, out)
     return EXIT_OK
 
 
@@ -450,6 +508,7 @@ COMMANDS = {
     "eval": cmd_eval,
     "qsets": cmd_qsets,
     "ingest": cmd_ingest,
+    "refresh": cmd_refresh,
     "search": cmd_search,
     "ask": cmd_ask,
     "documents": cmd_documents,

@@ -28,6 +28,7 @@ from marginalia_core.store.base import LibraryStore
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
+    from marginalia_core.lab import Tuning
     from marginalia_core.providers.answerers.base import Answerer
     from marginalia_core.providers.local_servers import LocalServer
 
@@ -131,7 +132,7 @@ class Workspace:
         get_reranker_class(merged.retrieval.reranker)  # an unknown name is refused here
         self.store.save_library_settings(kept)
         self._mark = self._applied_mark()
-        self._use(with_local_model(merged, self.local_model()))
+        self._use(with_local_model(merged, self.local_model()))  # the sidebar's choice stays
         config = merged.retrieval
         target, overlap = config.chunk_target, effective_overlap(
             config.chunk_target, config.chunk_overlap)
@@ -172,6 +173,14 @@ class Workspace:
         from marginalia_core.chat.engine import ChatEngine
 
         return ChatEngine(self.store, self.retriever, self.answerer, self.settings)
+
+    def retrieval_tuning(self) -> Tuning:
+        """Whether Chat retrieves with settings applied in the Inspector rather than the
+        defaults, and the saved configuration they match (Chat's "tuned settings" note)."""
+        from marginalia_core.lab import RetrievalLab
+
+        self.settings  # noqa: B018 - picks up settings applied elsewhere
+        return RetrievalLab(self).tuning()
 
     def mode_summary(self) -> dict[str, str]:
         """What the UI and CLI show as the active mode; never includes a key.
@@ -272,6 +281,15 @@ class Workspace:
         return pipeline.ingest_bytes(
             self.store, self.embedder, self.settings, name, data, mime=mime, password=password
         )
+
+    def ingest_url(self, url: str) -> Iterator[events.IngestEvent]:
+        """Fetch a web page (this explicit request is the only time one is fetched) and index
+        it under its final address: ``stage`` ``fetching``, then as :meth:`ingest`."""
+        return pipeline.ingest_url(self.store, self.embedder, self.settings, url)
+
+    def refresh(self, document_id: str) -> Iterator[events.IngestEvent]:
+        """Fetch a web page document again; replaced (same id) if it changed."""
+        return pipeline.refresh_document(self.store, self.embedder, self.settings, document_id)
 
     def ingest_path(
         self, path: str | Path, *, password: str | None = None
@@ -461,7 +479,7 @@ class Workspace:
         those; an unknown id is refused with ``NotFoundError``)."""
         if mode is not None and mode not in RETRIEVAL_MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(RETRIEVAL_MODES)}")
-        scope = self.chat.checked_documents(list(documents or ()))
+        scope = self.chat.checked_documents(list(documents)) if documents else None
         hits = self.search(query, k=k, mode=mode, documents=scope)
         return {
             "type": "hits",
