@@ -344,7 +344,7 @@ def run(args) -> dict:
                 retriever, prepared, ev.EvalConfig("hybrid", top_k=TOP_K)),
         }
         if not args.no_rerank:  # issue 23: the sentence-window rerank, beside the rows above
-            for mode in ("dense", "hybrid"):
+            for mode in ("hybrid",):
                 t_r = time.perf_counter()
                 rows[f"{mode} + sentence-window rerank (reranker {rerank.SENTENCE_RERANKER!r}: "
                      f"top {rerank.DEPTH}, window weight {rerank.WEIGHT})"] = ev.evaluate_prepared(
