@@ -556,6 +556,15 @@ def page_label(
     return f"p. {page}"
 
 
+def document_place(doc: dict[str, Any], start: int, end: int) -> str:
+    """Where locations ``start``..``end`` of a stored document are, for tables: "3" / "3–5" for
+    a PDF's pages, the label otherwise ("slide 2", "sheet Budget, rows 12–40"), "" for text."""
+    kind = formats.by_mime(doc.get("mime")).location
+    units = formats.decode_units(doc.get("locations"), int(doc.get("page_count") or 1))
+    label = formats.location_label(kind, units, start, end)
+    return label.split(" ", 1)[-1] if kind == "page" else label
+
+
 def ocr_label(doc: dict[str, Any]) -> str:
     """How a document's text was read, for the library table: "" (its text layer), "OCR"
     (every page) or "OCR, 3 of 5 pages" (a mixed PDF)."""

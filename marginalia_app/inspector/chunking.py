@@ -53,7 +53,7 @@ def show(ws: Workspace, c: Controls) -> None:
     m[3].metric("Mean overlap", f"{stats['mean_overlap']:.0f}")
     preview = pd.DataFrame([
         {"chunk": ch.idx,
-         "pages": fmt.page_label(ch.page_start, ch.page_end, doc["mime"]).split(" ", 1)[-1],
+         "pages": fmt.document_place(doc, ch.page_start, ch.page_end),
          "length": len(ch.text),
          "overlap": max(0, chunks[ch.idx - 1].end - ch.start) if ch.idx else 0,
          "text": " ".join(ch.text.split())}
