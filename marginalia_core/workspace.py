@@ -479,7 +479,7 @@ class Workspace:
         those; an unknown id is refused with ``NotFoundError``)."""
         if mode is not None and mode not in RETRIEVAL_MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(RETRIEVAL_MODES)}")
-        scope = self.chat.checked_documents(list(documents or ()))
+        scope = self.chat.checked_documents(list(documents)) if documents else None
         hits = self.search(query, k=k, mode=mode, documents=scope)
         return {
             "type": "hits",
