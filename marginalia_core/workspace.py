@@ -132,7 +132,7 @@ class Workspace:
         get_reranker_class(merged.retrieval.reranker)  # an unknown name is refused here
         self.store.save_library_settings(kept)
         self._mark = self._applied_mark()
-        self._use(merged)
+        self._use(with_local_model(merged, self.local_model()))  # the sidebar's choice stays
         config = merged.retrieval
         target, overlap = config.chunk_target, effective_overlap(
             config.chunk_target, config.chunk_overlap)

@@ -20,6 +20,7 @@ from marginalia_app.samples import SAMPLE_QUESTIONS, samples_in_library
 from marginalia_app.shell import DOCUMENTS_PAGE, INSPECTOR_PAGE, page
 from marginalia_core.citations import cited
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.providers.answerers.extractive import is_refusal
 from marginalia_core.providers.answerers.prompting import NO_SOURCES_ANSWER
 
 ws = page()
@@ -65,6 +66,13 @@ def _on_scope(cid: str | None) -> None:
 
 def _queue(question: str) -> None:
     state["queued_question"] = question
+
+
+def _search_everywhere(cid: str, question: str) -> None:
+    """A scoped conversation's question its documents could not answer: ask it over all."""
+    ws.set_conversation_documents(cid, None)
+    state[_scope_key(cid)] = []
+    _queue(question)
 
 
 def _run_samples() -> None:
@@ -151,7 +159,7 @@ def render_live_margin(
         st.html(margin.margin_html([margin.live_group(sources, question, _mimes())]))
 
 
-def render_answer_block(message: dict[str, Any]) -> None:
+def render_answer_block(message: dict[str, Any], asked: str | None = None) -> None:
     sources = message.get("sources") or []
     numbers = [s["n"] for s in sources]
     scope = _scope()
@@ -167,6 +175,14 @@ def render_answer_block(message: dict[str, Any]) -> None:
             f":red[:material/warning:] {listed} in this answer "
             f"{'does' if len(invalid) == 1 else 'do'} not match any retrieved passage."
         )
+    scoped_cid = state.get("cid")
+    if asked and scoped_cid and is_refusal(message["content"]) and ws.conversation_documents(
+            scoped_cid):
+        st.button("Search all documents", key=f"everywhere-{message['id']}",
+                  icon=":material/travel_explore:", on_click=_search_everywhere,
+                  args=(scoped_cid, asked),
+                  help="This conversation searches only some documents: ask this again over "
+                  "all of them.")
     if not sources and message["content"] == NO_SOURCES_ANSWER:
         st.page_link(INSPECTOR_PAGE, label="Open the retrieval settings Chat uses",
                      icon=":material/tune:")
@@ -306,12 +322,13 @@ scope = render_scope(cid, library) if library else None
 left, right = st.columns([3, 2], gap="large")
 
 with left:
-    for message in messages:
+    for i, message in enumerate(messages):
         with st.chat_message(message["role"]):
             if message["role"] == "user":
                 st.markdown(fmt.escape_multiline(message["content"]))
-            else:
-                render_answer_block(message)
+            else:  # the last answer, when refused, offers to search all documents
+                last = i == len(messages) - 1 and i and messages[i - 1]["role"] == "user"
+                render_answer_block(message, messages[i - 1]["content"] if last else None)
     if error and not question:
         with st.chat_message("user"):
             st.markdown(fmt.escape_multiline(error["question"]))
