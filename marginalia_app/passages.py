@@ -291,7 +291,8 @@ def passage_html(content: str, mime: str | None, sentences: Sequence[str] = ()) 
 
 def card_label(source: dict[str, Any], mime: str | None) -> str:
     """Plain text "[1] report.pdf · p. 3 · 82 %"; no page for text and markdown files."""
-    parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
+    name = " ".join(str(source.get("document_name", "")).split())
+    parts = [name if source.get("n") is None else f"[{source['n']}] {name}"]
     if has_pages(mime):
         pages = fmt.page_label(source.get("page"), source.get("page_end"))
         if pages:
@@ -319,6 +320,7 @@ def card_html(
     cited: bool,
     is_open: bool,
     page_view: PageView | None = None,
+    deleted: bool = False,
 ) -> str:
     body, highlighted = passage_html(
         source.get("content") or source.get("excerpt") or "", mime, sentences
@@ -326,6 +328,8 @@ def card_html(
     name = str(source.get("document_name", ""))
     where = f"Passage {int(source['idx']) + 1}" if source.get("idx") is not None else "Passage"
     note = f"{where} of {name}"
+    if deleted:
+        note += " · document deleted: this is the passage as it was cited"
     if highlighted:
         note += " · the cited part is highlighted"
     elif not cited:
@@ -343,9 +347,11 @@ def card_html(
             )
         elif page_view.note:
             view = f'<div class="mg-note">{html.escape(page_view.note)}</div>'
+    number = "" if source.get("n") is None else f' data-n="{int(source["n"])}"'
+    gone = '<span class="mg-gone">document deleted</span>' if deleted else ""
     return (
-        f'<div class="{" ".join(classes)}" id="{anchor}" data-n="{int(source["n"])}">'
-        f'<a class="mg-head" href="#{anchor}">{html.escape(card_label(source, mime))}</a>'
+        f'<div class="{" ".join(classes)}" id="{anchor}"{number}>'
+        f'<a class="mg-head" href="#{anchor}">{html.escape(card_label(source, mime))}{gone}</a>'
         f'<div class="mg-body"><div class="mg-passage mg-{kind}">{body}</div>'
         f'<div class="mg-note">{html.escape(note)}</div>{view}</div></div>'
     )
@@ -442,7 +448,9 @@ def answer_group(
         n = int(source["n"])
         mime = source_mime(source, mimes)
         sentences = cited.get(n, [])
-        view = page_view(source, sentences) if page_view and has_pages(mime) else None
+        deleted = str(source.get("document_id", "")) not in mimes
+        view = (page_view(source, sentences)
+                if page_view and has_pages(mime) and not deleted else None)
         cards.append(card_html(
             source,
             anchor=anchor_id(scope, answer["id"], n),
@@ -451,6 +459,7 @@ def answer_group(
             cited=n in cited,
             is_open=n == chosen,
             page_view=view,
+            deleted=deleted,
         ))
     return group_html(cards, question=question, default=default, mid=answer["id"])
 
@@ -458,8 +467,8 @@ def answer_group(
 def live_group(sources: Sequence[dict[str, Any]], question: str, mimes: dict[str, str]) -> str:
     """The margin while an answer streams: the retrieved passages, closed, nothing cited yet."""
     cards = [
-        card_html(s, anchor=anchor_id("live", "x", int(s["n"])), mime=source_mime(s, mimes),
-                  sentences=(), cited=True, is_open=False)
-        for s in sources
+        card_html(s, anchor=anchor_id("live", "x", i), mime=source_mime(s, mimes),
+                  sentences=(), cited=s.get("n") is not None, is_open=False)
+        for i, s in enumerate(sources, start=1)
     ]
     return group_html(cards, question=question, default=True, mid="live", live=True)

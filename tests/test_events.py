@@ -67,9 +67,11 @@ def test_cli_ask_and_ingest_output_matches_the_contract(tmp_path):
     assert set(meta) == {"type", "conversationId", "title", "sources", "query", "documents"}
     assert set(meta["sources"][0]) == {"n", "chunkId", "documentId", "documentName", "idx",
                                        "page", "pageEnd", "score", "excerpt", "content", "ocr"}
-    assert tokens and all(set(t) == {"type", "text"} for t in tokens)
+    assert tokens and all(set(t) in ({"type", "text"}, {"type", "text", "cited"})
+                          for t in tokens)
     assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations",
-                         "answer", "sources"}
+                         "answer", "sources", "status"}
+    assert "".join(t["text"] for t in tokens) == done["answer"]  # one numbering
     for event in ingest + asked:
         bad = {k for k in _keys(event, set()) if not CAMEL.match(k)}
         assert not bad, f"non-camelCase keys on the wire: {bad}"

@@ -179,6 +179,7 @@ class LibraryStore(LexicalSource, Protocol):
         self, conversation_id: str, title: str, question: str, answer: str,
         sources: Sequence[dict[str, Any]], *, query: str | None = None,
         documents: Any = ...,  # a list of ids, None (all) or sqlite.KEEP (leave as it is)
+        status: str = "complete",  # or "stopped": the reader stopped the answer
     ) -> tuple[dict[str, Any], dict[str, Any]]: ...
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]: ...

@@ -301,6 +301,13 @@ def m012_library_token(conn: sqlite3.Connection) -> None:
     )
 
 
+
+@migration
+def m014_message_status(conn: sqlite3.Connection) -> None:
+    """An answer's status: ``complete``, or ``stopped`` when the reader pressed Stop (what was
+    said so far is kept with its question, marked as such)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:
     the upgrade holds the write lock from reading what is pending to recording what it applied."""

@@ -264,6 +264,12 @@ def p005_fold_diacritics(conn: psycopg.Connection) -> None:
     )
 
 
+
+@pg_migration
+def p007_message_status(conn: psycopg.Connection) -> None:
+    """An answer's status: ``complete``, or ``stopped`` (the reader pressed Stop)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
+
 def _document(row: dict[str, Any]) -> dict[str, Any]:
     """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
     row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
@@ -1056,8 +1062,10 @@ class PostgresStore:
         *,
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
+        status: str = "complete",
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A question with its complete answer (creating the conversation if new), one
+        """A question with its complete (or stopped: ``status``) answer (creating the
+        conversation if new), one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
         searched (kept on the answer); ``documents`` sets the conversation's scope (None or
         empty: all), ``KEEP`` leaves it as it is."""
@@ -1076,7 +1084,7 @@ class PostgresStore:
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query
+                conversation_id, "assistant", answer, sources, query=query, status=status
             )
         return user, assistant
 
@@ -1088,6 +1096,7 @@ class PostgresStore:
         sources: Sequence[dict[str, Any]],
         *,
         query: str | None = None,
+        status: str = "complete",
     ) -> dict[str, Any]:
         """Insert a message inside an open ``write()`` transaction and touch its conversation."""
         raw = self.raw
@@ -1100,11 +1109,12 @@ class PostgresStore:
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
             "query": query,
+            "status": status,
         }
         raw.execute(
-            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query) "
-            "VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
-            "%(created)s, %(query)s)",
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
+            "status) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
+            "%(created)s, %(query)s, %(status)s)",
             msg,
         )
         raw.execute(
@@ -1114,8 +1124,8 @@ class PostgresStore:
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         query = (
-            "SELECT id, conversation_id, role, content, sources, created, query FROM messages "
-            "WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
+            "SELECT id, conversation_id, role, content, sources, created, query, status "
+            "FROM messages WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
         )
         params: list[Any] = [conversation_id]
         if limit is not None:

@@ -721,8 +721,10 @@ class Store:
         *,
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
+        status: str = "complete",
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Save a question with its complete answer (creating the conversation if new) in one
+        """Save a question with its complete (or stopped: ``status``) answer (creating the
+        conversation if new) in one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
         searched for it (kept on the answer); ``documents`` sets the conversation's document
         scope (None or empty: all), ``KEEP`` leaves it as it is."""
@@ -740,7 +742,7 @@ class Store:
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query
+                conversation_id, "assistant", answer, sources, query=query, status=status
             )
         return user, assistant
 
@@ -752,6 +754,7 @@ class Store:
         sources: Sequence[dict[str, Any]],
         *,
         query: str | None = None,
+        status: str = "complete",
     ) -> dict[str, Any]:
         """Insert a message inside an open ``write()`` transaction and touch its conversation."""
         stamp = now_iso()
@@ -763,11 +766,13 @@ class Store:
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
             "query": query,
+            "status": status,
         }
         conn = self.conn
         conn.execute(
-            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query) "
-            "VALUES (:id, :conversation_id, :role, :content, :sources, :created, :query)",
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
+            "status) VALUES (:id, :conversation_id, :role, :content, :sources, :created, :query, "
+            ":status)",
             msg,
         )
         conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
@@ -777,8 +782,8 @@ class Store:
         """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones. An
         answer's ``query`` is what was searched for it (None on questions and older answers)."""
         sql = (
-            "SELECT id, conversation_id, role, content, sources, created, query FROM messages "
-            "WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
+            "SELECT id, conversation_id, role, content, sources, created, query, status "
+            "FROM messages WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
         )
         params: list[Any] = [conversation_id]
         if limit is not None:
