@@ -29,6 +29,8 @@ JOB_IDLE_POLL_S = 10.0
 # this long after the tab first sees it, so an idle tab notices every job, however short.
 ENDED_NOTICE_S = 30.0
 NOTICED_KEY = "jobs_noticed"  # session state: job id -> when this tab first saw it (monotonic)
+FIRST_LOOK = ""  # its key for the tab's first look
+OWN_UNTIL = "own"  # its key for when this tab last submitted jobs itself (epoch seconds)
 
 REFUSAL_TITLES = {
     "unsupported": "not a supported file type",
@@ -90,9 +92,19 @@ def ingest_one(ws: Workspace, name: str, data: bytes, mime: str | None = None) -
     return watch(name, ws.ingest(name, data, mime=mime), name)
 
 
+def own_jobs(jobs: Iterable[Job] = ()) -> None:
+    """Jobs this tab submitted (or runs inline) are not news to it: the indicator will not
+    announce them as having ended elsewhere."""
+    noticed = st.session_state.setdefault(NOTICED_KEY, {})
+    noticed[OWN_UNTIL] = time.time()
+    for job in jobs:
+        noticed[job.id] = time.monotonic() - ENDED_NOTICE_S
+
+
 def index_samples(ws: Workspace) -> list[IngestOutcome]:
     """Index the bundled sample documents now (they are small), as recorded jobs like any
     upload; already indexed ones are noted as duplicates."""
+    own_jobs()
     return [
         watch(path.name, ws.job_queue.run_inline([Upload(path.name, path.read_bytes())]),
               path.name)
@@ -226,11 +238,15 @@ def unseen_ended(jobs: list[Job], noticed: dict[str, float], now: float) -> tupl
     """(jobs that ended without this tab having seen them run, still to be announced; whether
     one of them is news now). A tab's first look only records what is there: old jobs are
     not news."""
-    first_look = not noticed
+    first_look = FIRST_LOOK not in noticed
+    noticed.setdefault(FIRST_LOOK, now)
     out, news = [], False
+    own_until = noticed.get(OWN_UNTIL, 0.0)
     for job in jobs:
         if job.id not in noticed:
-            seen_running = first_look or job.active or job.resumable
+            created = fmt.parse_created(job.created)
+            own = created is not None and created.timestamp() <= own_until
+            seen_running = first_look or own or job.active or job.resumable
             noticed[job.id] = now - ENDED_NOTICE_S if seen_running else now
             news = news or not seen_running
         if not job.active and not job.resumable and now - noticed[job.id] < ENDED_NOTICE_S:

@@ -12,6 +12,7 @@ from marginalia_app.ingest_view import (
     job_queue,
     locked_jobs,
     needs_password,
+    own_jobs,
     render_results,
     watch,
 )
@@ -104,6 +105,7 @@ files = st.file_uploader(
 if files:
     # a background job per file: leaving the page or closing the tab never stops them
     jobs = ws.submit((f.name, f.getvalue(), f.type) for f in files)
+    own_jobs(jobs)
     state["upload_batch"] = [j.id for j in jobs]
     state.pop("upload_results", None)
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch

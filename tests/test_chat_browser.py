@@ -1,0 +1,156 @@
+"""Chat in a real browser (issue 25): no question lost while an answer streams, Stop, the
+conversation's address, evidence scrolled into view, the page view, and the notes that say the
+state. `streamlit run` + Playwright over Debian's chromium (the helpers of test_browser.py),
+answers from the fake OpenAI-compatible server (tests/fake_openai.py) streaming slowly, so an
+answer is still being written when the test acts; embeddings offline.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from test_browser import (  # noqa: F401 - fixtures
+    DOCS,
+    _serve,
+    add_samples,
+    browser,
+    chromium_path,
+    external,
+    idle,
+)
+
+pytestmark = pytest.mark.browser
+
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+FERMAT = "What did Fermat write in the margin?"
+BOOKS = "How should old books be stored?"
+SLOW = {"chunk_delay": 0.4}  # the default answer in ~12 pieces: about 5 s per answer
+
+
+@pytest.fixture(scope="module")
+def chat_server(chromium_path, tmp_path_factory, fake_openai_server):  # noqa: F811
+    """The app answering from the fake model server; its own database."""
+    tmp = tmp_path_factory.mktemp("chat-browser")
+    env = fake_openai_server.env(MARGINALIA_EMBEDDER="local", MARGINALIA_OPENAI_TIMEOUT="30")
+    for url in _serve(tmp, **env):
+        yield url, tmp / "marginalia.db"
+
+
+@pytest.fixture
+def chat(browser, chat_server, fake_openai):  # noqa: F811
+    """A desktop page on Chat with the sample documents in the library."""
+    url, db = chat_server
+    context = browser.new_context(viewport=DESKTOP)
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    pg.requests = []
+    pg.on("request", lambda r: pg.requests.append(r.url))
+    pg.goto(url)
+    idle(pg)
+    add_samples(pg)
+    pg.get_by_role("link", name="Chat", exact=True).click()
+    idle(pg)
+    yield pg, url, db, fake_openai
+    context.close()
+
+
+def rows(db: Path, sql: str, *params) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def type_question(pg, question: str) -> None:
+    box = pg.locator('[data-testid="stChatInputTextArea"]')
+    box.fill(question)
+    box.press("Enter")
+
+
+def conversation_id(pg) -> str:
+    match = re.search(r"[?&]c=([0-9a-f]{32})", pg.url)
+    assert match, pg.url
+    return match.group(1)
+
+
+def test_a_second_question_typed_during_a_slow_answer_is_queued_then_answered(chat):
+    from playwright.sync_api import expect
+
+    pg, _, db, fake = chat
+    fake.stream_script(**SLOW, times=2)
+    type_question(pg, FERMAT)
+    pg.wait_for_timeout(500)
+    type_question(pg, BOOKS)
+    # both questions on screen at once; the second waits its turn, said so
+    messages = pg.locator('[data-testid="stChatMessage"]')
+    expect(messages.filter(has_text=FERMAT)).to_have_count(1)
+    expect(messages.filter(has_text=BOOKS)).to_have_count(1)
+    expect(pg.get_by_text("Waiting: asked when the answer above is finished")).to_be_visible()
+    expect(pg.get_by_role("button", name="Stop")).to_be_visible()
+    # then both answered, in order, in the page and in the database
+    expect(pg.get_by_text("Waiting: asked")).to_have_count(0, timeout=60_000)
+    expect(pg.get_by_role("button", name="Stop")).to_have_count(0, timeout=60_000)
+    idle(pg)
+    expect(messages).to_have_count(4)
+    texts = [messages.nth(i).inner_text() for i in range(4)]
+    assert FERMAT in texts[0] and BOOKS in texts[2], texts
+    assert all("According to the sources" in t for t in (texts[1], texts[3])), texts
+    cid = conversation_id(pg)
+    saved = rows(db, "SELECT role, content, status FROM messages WHERE conversation_id = ? "
+                 "ORDER BY created, rowid", cid)
+    assert [(r[0], r[2]) for r in saved] == [("user", "complete"), ("assistant", "complete")] * 2
+    assert saved[0][1] == FERMAT and saved[2][1] == BOOKS
+    assert len(fake.requests_for("chat")) == 2
+    assert not external(pg.requests), external(pg.requests)
+
+
+def test_stop_ends_the_answer_and_keeps_what_was_said_marked_stopped(chat):
+    from playwright.sync_api import expect
+
+    pg, _, db, fake = chat
+    fake.stream_script(chunk_delay=0.6)
+    type_question(pg, FERMAT)
+    answer = pg.locator('[data-testid="stChatMessage"]').nth(1)
+    expect(answer).to_contain_text("According to", timeout=30_000)
+    pg.get_by_role("button", name="Stop").click()
+    expect(pg.get_by_text("Stopped: the answer ends where you stopped it")).to_be_visible(
+        timeout=30_000)
+    idle(pg)
+    cid = conversation_id(pg)
+    saved = rows(db, "SELECT role, content, status FROM messages WHERE conversation_id = ? "
+                 "ORDER BY created, rowid", cid)
+    assert [r[0] for r in saved] == ["user", "assistant"] and saved[0][1] == FERMAT
+    assert saved[1][2] == "stopped" and saved[1][1].startswith("According to")
+    full = fake.requests_for("chat")[0]
+    assert full is not None
+    # what was kept is a beginning of the answer, not all of it
+    assert fake.chunks_sent < 12, fake.chunks_sent
+
+
+def test_reload_and_a_pasted_link_open_the_conversation_an_unknown_one_says_so(chat):
+    from playwright.sync_api import expect
+
+    pg, url, _, fake = chat
+    fake.stream_script(chunk_delay=0.05, times=2)
+    type_question(pg, FERMAT)
+    expect(pg.get_by_role("button", name="Stop")).to_have_count(0, timeout=60_000)
+    idle(pg)
+    cid = conversation_id(pg)
+    pg.reload()
+    idle(pg)
+    messages = pg.locator('[data-testid="stChatMessage"]')
+    expect(messages.filter(has_text=FERMAT)).to_have_count(1)
+    expect(messages.last.locator('a[href^="#src-"]').first).to_be_in_viewport()
+    # a link pasted into a new tab
+    other = pg.context.new_page()
+    other.goto(f"{url}/?c={cid}")
+    idle(other)
+    expect(other.locator('[data-testid="stChatMessage"]').filter(has_text=FERMAT)).to_have_count(1)
+    other.goto(f"{url}/?c={'0' * 32}")
+    idle(other)
+    expect(other.get_by_text("There is no conversation")).to_be_visible()
+    expect(other.locator('[data-testid="stChatMessage"]')).to_have_count(0)
+    assert "c=" not in other.url
+    other.close()
