@@ -59,6 +59,7 @@ _ENV: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "MARGINALIA_EMBED_MODEL": ("embed_model", str),
     "MARGINALIA_OPENAI_TIMEOUT": ("openai_timeout_s", float),
     "MARGINALIA_OPENAI_CONCURRENCY": ("openai_concurrency", int),
+    "MARGINALIA_LOCAL_SERVERS": ("local_servers", str),
     "MARGINALIA_OCR": ("ocr", _flag),
     "MARGINALIA_EMBED_BATCH": ("embed_batch", int),
     "MARGINALIA_EMBED_WHILE_READING": ("embed_while_reading", lambda v: v.strip().lower()
@@ -90,6 +91,9 @@ class Settings:
     embed_model: str | None = None  # the openai embedder's model (MARGINALIA_EMBED_MODEL)
     openai_timeout_s: float = 60.0  # per request / between streamed chunks
     openai_concurrency: int = 2  # embedding batches in flight; local servers queue beyond this
+    # more addresses the sidebar probes for a local model server (comma-separated), besides
+    # the usual ports (providers.local_servers.CANDIDATE_PORTS) and OPENAI_BASE_URL
+    local_servers: str | None = None
     ocr: bool = True  # read PDF pages without a text layer by OCR (when the engine is installed)
     # texts per embedding call; None: the embedder's own tuned size. Also the boundary at which
     # an ingestion job reports progress and notices a cancel.

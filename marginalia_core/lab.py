@@ -28,6 +28,7 @@ from marginalia_core import events
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.retrieval import evaluation as ev
+from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
 from marginalia_core.store import question_sets as qs
 from marginalia_core.store.sqlite import Store
@@ -252,6 +253,38 @@ class RetrievalLab:
     def applied(self) -> ev.EvalConfig:
         """The configuration Chat uses now (the applied settings over the defaults)."""
         return self.default_config()
+
+    def resolved(self, config: ev.EvalConfig) -> ev.EvalConfig:
+        """``config`` with every ``None`` spelled out (the threshold, fusion weight and passage
+        size it stands for, the overlap clamped as chunking clamps it): what it does."""
+        s = self.ws.settings
+        target = s.chunk_target if config.chunk_target is None else config.chunk_target
+        overlap = s.chunk_overlap if config.chunk_overlap is None else config.chunk_overlap
+        alpha = s.fusion_alpha if config.alpha is None else config.alpha
+        return replace(
+            config,
+            threshold=round(self.retriever.threshold if config.threshold is None
+                            else float(config.threshold), 4),
+            alpha=round(Candidates.alpha_for(alpha), 4),
+            chunk_target=int(target), chunk_overlap=effective_overlap(target, overlap),
+        )
+
+    def same_effect(self, a: ev.EvalConfig, b: ev.EvalConfig) -> bool:
+        """Whether two configurations retrieve alike (the fusion weight counts in hybrid
+        only; the embedder is the active one for both)."""
+        ra, rb = self.resolved(a), self.resolved(b)
+        if ra.mode != "hybrid":
+            rb = replace(rb, alpha=ra.alpha)
+        return replace(ra, embedder=None) == replace(rb, embedder=None)
+
+    def keyword_weight(self, config: ev.EvalConfig) -> float:
+        """The Inspector's "keyword weight" of a configuration: 1 - its fusion weight."""
+        return round(1.0 - float(self.resolved(config).alpha or 0.0), 4)
+
+    @staticmethod
+    def query_terms(query: str) -> list[str]:
+        """The words of ``query`` keyword search matches (to highlight in a passage)."""
+        return lexical.query_terms(query)
 
     def compare(
         self, set_name: str, a: str | ev.EvalConfig, b: str | ev.EvalConfig, *, progress=None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
     from marginalia_core.lab import RetrievalLab
     from marginalia_core.providers.answerers.base import Answerer
+    from marginalia_core.providers.local_servers import LocalServer
 
 Reindex = Literal["stale", "all"]
 MAX_TITLE_CHARS = 120
@@ -34,6 +35,28 @@ MAX_TITLE_CHARS = 120
 # fixes. Environment variables stay the defaults underneath.
 APPLIED_FIELDS = ("retrieval_mode", "threshold", "top_k", "fusion_alpha", "chunk_target",
                   "chunk_overlap")
+
+
+LOCAL_MODEL_KEY = "local_model"  # the library setting that remembers the sidebar's choice
+
+
+def with_local_model(settings: Settings, local: dict[str, str] | None) -> Settings:
+    """``settings`` answering with a local model server's model (None: unchanged). A configured
+    key goes only to the server it was configured for."""
+    if not local:
+        return settings
+    from marginalia_core.providers.local_servers import normalize
+
+    same = bool(settings.openai_base_url) and normalize(settings.openai_base_url or "") == \
+        local["server"]
+    return replace(settings, answerer="openai", openai_base_url=local["server"],
+                   chat_model=local["model"],
+                   openai_api_key=settings.openai_api_key if same else None)
+
+
+def _answering(settings: Settings) -> tuple[Any, ...]:
+    return (settings.answerer_name, settings.openai_base_url, settings.chat_model,
+            settings.openai_api_key)
 
 
 @dataclass(frozen=True)
@@ -68,7 +91,8 @@ class Workspace:
         mark = self._applied_mark()
         if self._settings is None or mark != self._mark:
             self._mark = mark
-            self._use(self.defaults.with_overrides(**self.applied_settings()))
+            merged = self.defaults.with_overrides(**self.applied_settings())
+            self._use(with_local_model(merged, self.local_model()))
         assert self._settings is not None  # _use set it
         return self._settings
 
@@ -121,7 +145,11 @@ class Workspace:
         return self.reindex_many(differ, target=target, overlap=overlap)
 
     def _use(self, settings: Settings) -> None:
-        self._settings = settings
+        before, self._settings = self._settings, settings
+        if before is not None and _answering(before) != _answering(settings):
+            # another answerer (the sidebar's local model server): built again on next use
+            self.__dict__.pop("answerer", None)
+            self.__dict__.pop("chat", None)
         for name in ("retriever", "chat"):
             if name in self.__dict__:
                 self.__dict__[name].settings = settings
@@ -201,6 +229,42 @@ class Workspace:
         from marginalia_core.providers import openai_client
 
         return openai_client.list_models(self.settings)
+
+    # ------------------------------------------------------------------ local model servers
+
+    def local_servers(self) -> list[LocalServer]:
+        """OpenAI-compatible servers running on this machine, with their models, probed now
+        (the usual ports, ``OPENAI_BASE_URL``, ``MARGINALIA_LOCAL_SERVERS``): the sidebar's."""
+        from marginalia_core.providers import local_servers
+
+        s = self.defaults
+        extra = [u for u in (s.local_servers or "").split(",") if u.strip()]
+        return local_servers.discover(
+            local_servers.candidates(s.openai_base_url, s.openai_api_key, extra)
+        )
+
+    def local_model(self) -> dict[str, str] | None:
+        """The local model server this library answers with (``{"server", "model",
+        "label"}``), or None: the configured answerer."""
+        from marginalia_core.store.question_sets import QuestionSets
+
+        value = QuestionSets(self.store).library_value(LOCAL_MODEL_KEY)
+        if isinstance(value, dict) and value.get("server") and value.get("model"):
+            return {k: str(value.get(k) or "") for k in ("server", "model", "label")}
+        return None
+
+    def use_local_model(self, server: str | None, model: str = "", label: str = "") -> None:
+        """Answer this library's questions with ``model`` on the OpenAI-compatible ``server``
+        from now on (remembered with the library, for every session); ``server`` None: back to
+        the configured answerer. Takes effect at the next question, no restart."""
+        from marginalia_core.providers.local_servers import normalize
+        from marginalia_core.store.question_sets import QuestionSets
+
+        if server is not None and not model.strip():
+            raise InvalidInputError("Choose one of the server's models.")
+        value = None if server is None else {
+            "server": normalize(server), "model": model.strip(), "label": label}
+        QuestionSets(self.store).set_library_value(LOCAL_MODEL_KEY, value)
 
     def close(self) -> None:
         self.stop_worker()

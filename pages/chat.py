@@ -226,6 +226,7 @@ def render_answer_block(message: dict[str, Any]) -> None:
     st.markdown(fmt.render_answer(
         message["content"], set(numbers),
         link=lambda n: margin.anchor_id(scope, message["id"], n),
+        support=message.get("support"),
     ))
     if message.get("status") == "stopped":
         st.caption(":material/stop_circle: Stopped: the answer ends where you stopped it."

@@ -82,13 +82,13 @@ def _serve(tmp: Path, **extra_env: str):
     port = _free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL")}
-    env.update({
-        "MARGINALIA_DB": str(tmp / "marginalia.db"),
-        "MARGINALIA_EMBEDDER": "local",
-        "MARGINALIA_ANSWERER": "extractive",
-        "HF_HUB_OFFLINE": "1",
-        **extra_env,  # may choose another answerer (a fake model server)
-    })
+    env.update(
+        MARGINALIA_DB=str(tmp / "marginalia.db"),
+        MARGINALIA_EMBEDDER="local",
+        MARGINALIA_ANSWERER="extractive",
+        HF_HUB_OFFLINE="1",
+    )
+    env.update(extra_env)  # may replace the defaults above (another answerer)
     log = open(tmp / "streamlit.log", "wb")  # noqa: SIM115 - closed in teardown
     proc = subprocess.Popen(
         [

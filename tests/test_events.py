@@ -70,7 +70,9 @@ def test_cli_ask_and_ingest_output_matches_the_contract(tmp_path):
     assert tokens and all(set(t) in ({"type", "text"}, {"type", "text", "cited"})
                           for t in tokens)
     assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations",
-                         "answer", "sources", "status"}
+                         "answer", "sources", "support", "status"}
+    assert done["support"] and set(done["support"][0]) == {"sentence", "marks", "score",
+                                                           "supported"}
     assert "".join(t["text"] for t in tokens) == done["answer"]  # one numbering
     for event in ingest + asked:
         bad = {k for k in _keys(event, set()) if not CAMEL.match(k)}

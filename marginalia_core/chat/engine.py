@@ -18,7 +18,10 @@ Citations are renumbered as the answer streams: the sources it cites become [1],
 the order it first cites them (``citations.StreamRenumberer``), so every ``token`` already
 carries the numbering ``done`` and the saved answer have; a token that cites a source for the
 first time says which of ``meta``'s sources it is (``cited``). ``done`` carries the final
-``answer`` and ``sources``, which is also what is saved.
+``answer`` and ``sources``, which is also what is saved. Every answer, whoever wrote it, is then
+checked sentence by sentence against the passages it cites (``chat.support``, with the local
+embedder's cosine when that is the active embedder; a remote one is never called for it):
+``done``'s ``support`` lists each marked sentence's score, saved with the message.
 
 ``stop`` (a ``threading.Event``) ends an answer early on purpose: what was streamed so far is
 saved with the question, marked ``status="stopped"`` (an empty answer when nothing was said
@@ -35,6 +38,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from marginalia_core import events
+from marginalia_core.chat.support import check_support
 from marginalia_core.citations import MARK_RE, StreamRenumberer, renumber_sources
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, NotFoundError
@@ -270,10 +274,11 @@ class ChatEngine:
         status: str = COMPLETE,
     ) -> Iterator[events.ChatEvent]:
         answer, keep, valid, invalid = renumber_sources(answer, cast(list[dict], sources))
+        support = [s.as_dict() for s in check_support(answer, keep, self._support_embedder())]
         try:
             _, message = self.store.add_exchange(
                 conversation_id, title, question, answer, keep, query=query, documents=documents,
-                status=status,
+                support=support, status=status,
             )
         except Exception as exc:
             log.exception("saving the answer failed")
@@ -291,4 +296,10 @@ class ChatEngine:
             answer=answer,
             sources=keep,
             status=status,
+            support=support,
         )
+
+    def _support_embedder(self) -> Any:
+        """The embedder the support check may use: the local one only (no network, no cost)."""
+        embedder = self.retriever.embedder
+        return embedder if getattr(embedder, "name", "") == "local" else None

@@ -104,6 +104,10 @@ class ExplainedChunk(RankedChunk):
     passes: bool = False  # shown in hybrid mode at this threshold
     mime: str = ""  # its document's: only a PDF's pages are named (citations.has_pages)
 
+    @property
+    def excerpt(self) -> str:
+        return make_excerpt(self.content)
+
 
 @dataclass(frozen=True)
 class Candidates:

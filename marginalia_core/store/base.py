@@ -179,6 +179,7 @@ class LibraryStore(LexicalSource, Protocol):
         self, conversation_id: str, title: str, question: str, answer: str,
         sources: Sequence[dict[str, Any]], *, query: str | None = None,
         documents: Any = ...,  # a list of ids, None (all) or sqlite.KEEP (leave as it is)
+        support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",  # or "stopped": the reader stopped the answer
     ) -> tuple[dict[str, Any], dict[str, Any]]: ...
 

@@ -301,12 +301,19 @@ def m012_library_token(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m013_message_support(conn: sqlite3.Connection) -> None:
+    """An answer's per-sentence citation check (``chat.support``), saved with it as a JSON list
+    of {sentence, marks, score, supported}; NULL for answers saved before the check existed."""
+    conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
 
 @migration
 def m014_message_status(conn: sqlite3.Connection) -> None:
     """An answer's status: ``complete``, or ``stopped`` when the reader pressed Stop (what was
     said so far is kept with its question, marked as such)."""
     conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
+
 
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:

@@ -264,11 +264,17 @@ def p005_fold_diacritics(conn: psycopg.Connection) -> None:
     )
 
 
+@pg_migration
+def p006_message_support(conn: psycopg.Connection) -> None:
+    """SQLite's m013: an answer's per-sentence citation check, JSON text (NULL: unchecked)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
 
 @pg_migration
 def p007_message_status(conn: psycopg.Connection) -> None:
     """An answer's status: ``complete``, or ``stopped`` (the reader pressed Stop)."""
     conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
+
 
 def _document(row: dict[str, Any]) -> dict[str, Any]:
     """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
@@ -1062,6 +1068,7 @@ class PostgresStore:
         *,
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
+        support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A question with its complete (or stopped: ``status``) answer (creating the
@@ -1084,7 +1091,8 @@ class PostgresStore:
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query, status=status
+                conversation_id, "assistant", answer, sources, query=query, support=support,
+                status=status,
             )
         return user, assistant
 
@@ -1096,9 +1104,11 @@ class PostgresStore:
         sources: Sequence[dict[str, Any]],
         *,
         query: str | None = None,
+        support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
     ) -> dict[str, Any]:
-        """Insert a message inside an open ``write()`` transaction and touch its conversation."""
+        """Insert a message inside an open ``write()`` transaction and touch its conversation.
+        ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         raw = self.raw
         stamp = now_iso()
         msg = {
@@ -1109,23 +1119,26 @@ class PostgresStore:
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
             "query": query,
+            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
             "status": status,
         }
         raw.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
-            "status) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
-            "%(created)s, %(query)s, %(status)s)",
+            "support, status) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
+            "%(created)s, %(query)s, %(support)s, %(status)s)",
             msg,
         )
         raw.execute(
             "UPDATE conversations SET updated = %s WHERE id = %s", (stamp, conversation_id)
         )
-        return {**msg, "sources": list(sources)}
+        return {**msg, "sources": list(sources),
+                "support": None if support is None else list(support)}
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         query = (
-            "SELECT id, conversation_id, role, content, sources, created, query, status "
-            "FROM messages WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
+            "SELECT id, conversation_id, role, content, sources, created, query, support, status "
+            "FROM messages "
+            "WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
         )
         params: list[Any] = [conversation_id]
         if limit is not None:
@@ -1135,6 +1148,7 @@ class PostgresStore:
         out = []
         for item in reversed(rows):
             item["sources"] = json.loads(item["sources"] or "[]")
+            item["support"] = None if item["support"] is None else json.loads(item["support"])
             out.append(item)
         return out
 

@@ -27,6 +27,8 @@ from marginalia_core.store.sqlite import new_id, now_iso
 
 # A chunk matches a span judgment when they share at least this share of the shorter of the two
 SPAN_OVERLAP = 0.5
+# library_settings rows that are not retrieval settings: "Apply to Chat" leaves them alone
+OWN_KEYS = ("local_model",)  # the local model server the sidebar switched answers to
 _PAGES = re.compile(r"^\s*(\d+)\s*(?:[-–]\s*(\d+))?\s*$")
 
 
@@ -271,13 +273,37 @@ class QuestionSets:
 
     def apply_settings(self, values: dict[str, Any]) -> None:
         """Replace the applied settings with ``values`` in one transaction (a ``None`` value
-        is left out: that setting falls back to its default)."""
+        is left out: that setting falls back to its default). Values of other concerns
+        (``OWN_KEYS``) are kept."""
         with self.store.write() as conn:
-            conn.execute("DELETE FROM library_settings")
+            conn.execute(
+                f"DELETE FROM library_settings WHERE key NOT IN ({', '.join('?' * len(OWN_KEYS))})",
+                OWN_KEYS,
+            )
             conn.executemany(
                 "INSERT INTO library_settings (key, value, updated) VALUES (?, ?, ?)",
                 [(k, json.dumps(v), now_iso()) for k, v in values.items() if v is not None],
             )
+
+    def library_value(self, key: str) -> Any:
+        """One library setting of another concern than retrieval (``OWN_KEYS``); None unset."""
+        row = self.store.conn.execute(
+            "SELECT value FROM library_settings WHERE key = ?", (key,)
+        ).fetchone()
+        return None if row is None else json.loads(row["value"])
+
+    def set_library_value(self, key: str, value: Any) -> None:
+        """Set (None: remove) one library setting of another concern (``OWN_KEYS``)."""
+        if key not in OWN_KEYS:
+            raise ValueError(f"not a library value: {key!r}")
+        with self.store.write() as conn:
+            conn.execute("DELETE FROM library_settings WHERE key = ?", (key,))
+            if value is not None:
+                conn.execute(
+                    "INSERT INTO library_settings (key, value, updated) VALUES (?, ?, ?)",
+                    (key, json.dumps(value), now_iso()),
+                )
+
 
 # --- import / export -------------------------------------------------------------------------
 

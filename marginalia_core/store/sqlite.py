@@ -721,6 +721,7 @@ class Store:
         *,
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
+        support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Save a question with its complete (or stopped: ``status``) answer (creating the
@@ -742,7 +743,8 @@ class Store:
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query, status=status
+                conversation_id, "assistant", answer, sources, query=query, support=support,
+                status=status,
             )
         return user, assistant
 
@@ -754,9 +756,11 @@ class Store:
         sources: Sequence[dict[str, Any]],
         *,
         query: str | None = None,
+        support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
     ) -> dict[str, Any]:
-        """Insert a message inside an open ``write()`` transaction and touch its conversation."""
+        """Insert a message inside an open ``write()`` transaction and touch its conversation.
+        ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         stamp = now_iso()
         msg = {
             "id": new_id(),
@@ -766,24 +770,27 @@ class Store:
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
             "query": query,
+            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
             "status": status,
         }
         conn = self.conn
         conn.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
-            "status) VALUES (:id, :conversation_id, :role, :content, :sources, :created, :query, "
-            ":status)",
+            "support, status) VALUES (:id, :conversation_id, :role, :content, :sources, "
+            ":created, :query, :support, :status)",
             msg,
         )
         conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
-        return {**msg, "sources": list(sources)}
+        return {**msg, "sources": list(sources),
+                "support": None if support is None else list(support)}
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones. An
         answer's ``query`` is what was searched for it (None on questions and older answers)."""
         sql = (
-            "SELECT id, conversation_id, role, content, sources, created, query, status "
-            "FROM messages WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
+            "SELECT id, conversation_id, role, content, sources, created, query, support, status "
+            "FROM messages "
+            "WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
         )
         params: list[Any] = [conversation_id]
         if limit is not None:
@@ -794,5 +801,6 @@ class Store:
         for r in reversed(rows):
             item = dict(r)
             item["sources"] = json.loads(item["sources"] or "[]")
+            item["support"] = None if item["support"] is None else json.loads(item["support"])
             out.append(item)
         return out
