@@ -321,7 +321,10 @@ def card_html(
     is_open: bool,
     page_view: PageView | None = None,
     deleted: bool = False,
+    page_button: str = "",
 ) -> str:
+    """One card. ``page_button``: the key of the hidden Streamlit button its "See on the page"
+    presses (the page then opens the page view in a dialog); empty for none."""
     body, highlighted = passage_html(
         source.get("content") or source.get("excerpt") or "", mime, sentences
     )
@@ -337,7 +340,13 @@ def card_html(
     classes = ["mg-card"] + ["mg-open"] * is_open + ["mg-cited" if cited else "mg-uncited"]
     kind = "md" if is_markdown(mime) else "pdf" if has_pages(mime) else "text"
     view = ""
-    if page_view is not None:
+    if page_button:
+        page = int(source.get("page") or 1)
+        view = (
+            f'<button type="button" class="mg-pageview" data-pv="{page_button}">'
+            f"See on the page (p. {page})</button>"
+        )
+    elif page_view is not None:
         if page_view.data_uri:
             view = (
                 f'<details class="mg-page"><summary>See on the page (p. {page_view.page})'
@@ -402,6 +411,9 @@ def first_cited(answer: str, numbers: Sequence[int]) -> int | None:
 
 
 PAGE_VIEW_FALLBACK = "The page could not be shown; the passage above is its text."
+# a kept PDF up to this size rides along in the page view, so "open at this page" needs no
+# server route; a larger one is offered as a download only
+MAX_INLINE_PDF_BYTES = 25 * 1024 * 1024
 MAX_PAGES_SEARCHED = 3
 
 
@@ -436,6 +448,7 @@ def answer_group(
     default: bool,
     open_n: int | None = None,
     page_view: PageViewer | None = None,
+    page_buttons: bool = False,
 ) -> str:
     """The margin group of one saved answer: a card per source, the first cited (or the chosen
     ``open_n``) open, cited sentences highlighted, PDF page views when ``page_view`` is given."""
@@ -449,8 +462,8 @@ def answer_group(
         mime = source_mime(source, mimes)
         sentences = cited.get(n, [])
         deleted = str(source.get("document_id", "")) not in mimes
-        view = (page_view(source, sentences)
-                if page_view and has_pages(mime) and not deleted else None)
+        pdf = has_pages(mime) and not deleted
+        view = page_view(source, sentences) if page_view and pdf else None
         cards.append(card_html(
             source,
             anchor=anchor_id(scope, answer["id"], n),
@@ -460,8 +473,46 @@ def answer_group(
             is_open=n == chosen,
             page_view=view,
             deleted=deleted,
+            page_button=page_view_key(answer["id"], n) if page_buttons and pdf else "",
         ))
     return group_html(cards, question=question, default=default, mid=answer["id"])
+
+
+def page_view_key(mid: str, n: int) -> str:
+    """The key of the (hidden) Streamlit button a card's "See on the page" presses."""
+    safe = re.sub(r"[^A-Za-z0-9]", "", mid[:16])
+    return f"pv-{safe}-{int(n)}"
+
+
+def original_link(data: bytes, page: int, label: str) -> str:
+    """A link that opens a kept PDF at ``page`` in a new tab: the bytes ride in a data
+    attribute, and the page's own script (``OPEN_PDF_JS``) turns them into a ``blob:`` URL with
+    ``#page=N`` (browsers refuse to open ``data:`` PDFs from a link)."""
+    encoded = base64.b64encode(data).decode("ascii")
+    return (
+        f'<a class="mg-openpdf" href="#" rel="noopener" data-page="{int(page)}" '
+        f'data-pdf="{encoded}">{html.escape(label)}</a>'
+    )
+
+
+# Our constant script (see shell.page_script) that arms ``original_link`` links.
+OPEN_PDF_JS = """
+let tries = 0;
+const arm = () => {
+  const links = doc.querySelectorAll('a.mg-openpdf[data-pdf]');
+  links.forEach((a) => {
+    const raw = w.atob(a.getAttribute('data-pdf'));
+    const bytes = new w.Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    const url = w.URL.createObjectURL(new w.Blob([bytes], {type: 'application/pdf'}));
+    a.href = url + '#page=' + a.getAttribute('data-page');
+    a.target = '_blank';
+    a.removeAttribute('data-pdf');
+  });
+  if (!links.length && ++tries < 30) setTimeout(arm, 100);
+};
+arm();
+"""
 
 
 def live_group(sources: Sequence[dict[str, Any]], question: str, mimes: dict[str, str]) -> str:

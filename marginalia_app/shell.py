@@ -86,6 +86,17 @@ CSS = """
 mark.mg-hl { background: rgba(255, 164, 33, 0.35); font-weight: 600; padding: 0 0.1rem;
   border-radius: 0.15rem; color: inherit; }
 .mg-page summary { cursor: pointer; font-size: 0.88rem; color: rgb(0, 84, 163); margin: 0.2rem 0; }
+.st-key-pv_triggers { display: none; }
+button.mg-pageview { font: inherit; font-size: 0.88rem; color: rgb(0, 84, 163); background: none;
+  border: 1px solid rgba(28, 131, 225, 0.35); border-radius: 0.4rem; padding: 0.15rem 0.5rem;
+  margin: 0.2rem 0; cursor: pointer; }
+button.mg-pageview:hover { background: rgba(28, 131, 225, 0.1); }
+.mg-zoom { overflow: auto; max-height: 60vh; border: 1px solid rgba(49, 51, 63, 0.2);
+  border-radius: 0.3rem; }
+.mg-zoom img { display: block; max-width: none; }
+.mg-zoom img.mg-z100 { width: 100%; } .mg-zoom img.mg-z150 { width: 150%; }
+.mg-zoom img.mg-z200 { width: 200%; } .mg-zoom img.mg-z300 { width: 300%; }
+a.mg-openpdf { font-size: 0.95rem; }
 .mg-page-img { width: 100%; border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.3rem; }
 .mg-gone { margin-left: 0.5rem; font-size: 0.75rem; font-weight: 600; padding: 0 0.35rem;
   border-radius: 0.4rem; background: rgba(255, 75, 75, 0.12); color: rgb(163, 28, 28); }

@@ -427,6 +427,10 @@ class Workspace:
     def page_renderer(self) -> PageRenderer:
         return PageRenderer()
 
+    def original(self, document_id: str) -> bytes | None:
+        """The original file kept for a document (PDFs), or None."""
+        return self.store.document_file(document_id)
+
     def page_image(
         self, document_id: str, pages: Iterable[int], sentences: Iterable[str] = ()
     ) -> PageImage | None:

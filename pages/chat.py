@@ -15,6 +15,7 @@ keeping what was said, marked "stopped". The open conversation is in the address
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import streamlit as st
@@ -87,10 +88,6 @@ def _mimes() -> dict[str, str]:
     return {d["id"]: d["mime"] for d in ws.documents()}
 
 
-def _page_view(source: dict[str, Any], sentences: list[str]) -> margin.PageView | None:
-    return margin.page_view(ws, source, sentences)
-
-
 def render_scope(cid: str | None, documents: list[dict[str, Any]]) -> list[str] | None:
     """"Search in": the documents this conversation's questions search (all by default).
     Returns the chosen ids, or None for all."""
@@ -142,12 +139,69 @@ def render_margin(messages: list[dict[str, Any]], focus_id: str | None,
             mimes=mimes,
             default=focused,
             open_n=state.get("open_n") if focused else None,
-            page_view=_page_view if focused else None,
+            page_buttons=True,
         ))
     with st.container(key="margin"):
         st.markdown("##### In the margin", anchors=False)
         st.caption(scope_caption(scope))
         st.html(margin.margin_html(groups))
+    page_view_triggers(messages, mimes)
+
+
+def _open_page_view(mid: str, n: int) -> None:
+    state["page_view"] = (mid, n)
+
+
+def page_view_triggers(messages: list[dict[str, Any]], mimes: dict[str, str]) -> None:
+    """A hidden button per PDF source of every answer: a card's "See on the page" presses it
+    (MARK_SCROLL_JS), and the page view opens in a dialog."""
+    with st.container(key="pv_triggers"):
+        for message in messages:
+            for source in message.get("sources") or []:
+                doc = str(source.get("document_id", ""))
+                if doc in mimes and margin.has_pages(mimes[doc]):
+                    n = int(source["n"])
+                    st.button("page view", key=margin.page_view_key(message["id"], n),
+                              on_click=_open_page_view, args=(message["id"], n))
+
+
+ZOOMS = {"Fit": 100, "150 %": 150, "200 %": 200, "300 %": 300}
+
+
+@st.dialog("See on the page", width="large")
+def page_view_dialog(source: dict[str, Any], sentences: list[str]) -> None:
+    """The cited page, large, the passage highlighted; a zoom; the original PDF opened at
+    this page in a new tab, or downloaded."""
+    name = str(source.get("document_name", ""))
+    page = int(source.get("page") or 1)
+    view = margin.page_view(ws, source, sentences)
+    data = ws.original(str(source.get("document_id", "")))
+    if view is None or data is None:
+        st.info("No original file is kept for this document (it was indexed before page "
+                "views existed): the passage in the margin is its text.",
+                icon=":material/description:")
+        return
+    shown = view.page
+    head = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    head.markdown(f"**{fmt.escape_inline(name, 60)}** · p. {shown}")
+    zoom = head.segmented_control("Zoom", list(ZOOMS), default="Fit", key="pv_zoom",
+                                  label_visibility="collapsed") or "Fit"
+    if view.data_uri:
+        st.html(
+            f'<div class="mg-zoom"><img class="mg-z{ZOOMS[zoom]}" src="{view.data_uri}" '
+            f'alt="Page {shown} of {html.escape(name, quote=True)} with the cited passage '
+            'highlighted"></div>'
+        )
+    else:
+        st.warning(fmt.escape_inline(view.note), icon=":material/broken_image:")
+    row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
+    with row:
+        if len(data) <= margin.MAX_INLINE_PDF_BYTES:
+            st.html(margin.original_link(data, shown or page, "Open the PDF at this page ↗"))
+        st.download_button("Download the original", data=data, file_name=name,
+                           mime="application/pdf", icon=":material/download:",
+                           on_click="ignore", key="pv_download")
+    page_script("open_pdf", margin.OPEN_PDF_JS)
 
 
 def live_margin(scope: list[str] | None) -> Any:
@@ -432,6 +486,12 @@ w.Function(`
   document.addEventListener('click', (e) => {
     const a = e.target.closest && e.target.closest('a[href^="#src-"]');
     if (a) setTimeout(() => show(a.getAttribute('href').slice(1), 10), 30);
+    const pv = e.target.closest && e.target.closest('button.mg-pageview[data-pv]');
+    if (pv) {
+      const key = pv.getAttribute('data-pv').replace(/[^A-Za-z0-9-]/g, '');
+      const hidden = document.querySelector('.st-key-' + key + ' button');
+      if (hidden) hidden.click();
+    }
   }, true);
 `)();
 """
@@ -444,6 +504,13 @@ const step = () => {
   const last = msgs[msgs.length - 1];
   const anchor = msgs.length > 1 ? msgs[msgs.length - 2] : last;
   anchor.scrollIntoView({block: 'start'});
+  // the margin (scrolling on its own beside the answer) shows the open card's cited sentence
+  const m = doc.querySelector('.st-key-margin');
+  const hl = m && m.querySelector('.mg-group.mg-default .mg-card.mg-open mark.mg-hl');
+  if (hl && m.scrollHeight > m.clientHeight + 1) {
+    const box = m.getBoundingClientRect(), at = hl.getBoundingClientRect();
+    m.scrollTop += at.top - box.top - m.clientHeight / 3;
+  }
 };
 setTimeout(step, 50);
 """
@@ -538,6 +605,13 @@ with right:
         if focused is not None:
             render_margin(messages, focused["id"], scope)
 
+opened = state.pop("page_view", None)
+if opened:
+    mid, n = opened
+    message = next((m for m in answers if m["id"] == mid), None)
+    source = next((x for x in (message or {}).get("sources") or [] if int(x["n"]) == n), None)
+    if message is not None and source is not None:
+        page_view_dialog(source, fmt.cited_sentences(message["content"], None).get(n, []))
 page_script("marks", MARK_SCROLL_JS)
 if state.pop("scroll_to_last", False):
     page_script("scroll_last", SCROLL_LAST_JS)

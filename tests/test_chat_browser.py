@@ -20,6 +20,7 @@ from test_browser import (  # noqa: F401 - fixtures
     chromium_path,
     external,
     idle,
+    server,
 )
 
 pytestmark = pytest.mark.browser
@@ -154,3 +155,75 @@ def test_reload_and_a_pasted_link_open_the_conversation_an_unknown_one_says_so(c
     expect(other.locator('[data-testid="stChatMessage"]')).to_have_count(0)
     assert "c=" not in other.url
     other.close()
+
+
+# --------------------------------------------------------------------------- evidence in view
+
+def open_offline(browser, server, viewport, **context):  # noqa: F811
+    ctx = browser.new_context(viewport=viewport, **context)
+    pg = ctx.new_page()
+    pg.set_default_timeout(30_000)
+    pg.requests = []
+    pg.on("request", lambda r: pg.requests.append(r.url))
+    pg.goto(server)
+    idle(pg)
+    return pg
+
+
+def sentence_in_view(pg, card_id: str) -> dict:
+    """Where the card's first highlighted sentence is, against the window and (on a desktop)
+    the margin's own scrolling box."""
+    return pg.evaluate("""(id) => {
+        const card = document.getElementById(id);
+        const hl = card && card.querySelector('mark.mg-hl');
+        if (!hl) return null;
+        const r = hl.getBoundingClientRect();
+        const m = document.querySelector('.st-key-margin').getBoundingClientRect();
+        return {top: r.top, bottom: r.bottom, height: r.height,
+                window: window.innerHeight, mtop: m.top, mbottom: m.bottom};
+    }""", card_id)
+
+
+def assert_marks_bring_sentences_into_view(pg, question: str, name: str) -> None:
+    from playwright.sync_api import expect
+
+    type_question(pg, question)
+    answer = pg.locator('[data-testid="stChatMessage"]').last
+    marks = answer.locator('a[href^="#src-"]')
+    expect(marks.first).to_be_visible(timeout=60_000)
+    idle(pg)
+    hrefs = list(dict.fromkeys(marks.nth(i).get_attribute("href")
+                               for i in range(marks.count())))
+    checked = 0
+    for href in reversed(hrefs):  # the last first: its sentence is the furthest down
+        answer.locator(f'a[href="{href}"]').first.click()
+        pg.wait_for_timeout(400)
+        box = sentence_in_view(pg, href[1:])
+        if box is None:
+            continue  # a card whose sentence was paraphrased: nothing highlighted to find
+        checked += 1
+        assert box["height"] > 0, box
+        assert box["top"] >= 0 and box["bottom"] <= box["window"], (name, href, box)
+        assert box["top"] >= box["mtop"] - 1 and box["bottom"] <= box["mbottom"] + 1, (name, box)
+    assert checked, f"no highlighted sentence to check at {name}"
+
+
+def test_a_mark_click_brings_the_cited_sentence_into_view_desktop_and_phone(browser, server):  # noqa: F811, E501
+    """At 1280x800 and at 390x844, clicking each mark of a long answer scrolls the margin (or,
+    on a phone, the page) until the highlighted sentence itself is inside the window, not just
+    its card's header."""
+    question = "How should old books be stored, and what about light?"
+    pg = open_offline(browser, server, DESKTOP)
+    add_samples(pg)
+    pg.get_by_role("link", name="Chat", exact=True).click()
+    idle(pg)
+    assert_marks_bring_sentences_into_view(pg, question, "1280x800")
+    pg.context.close()
+    phone = open_offline(browser, server, PHONE, is_mobile=True, has_touch=True)
+    assert_marks_bring_sentences_into_view(phone, question, "390x844")
+    # on a phone the answer stays in view after it is written, with a jump to its source
+    from playwright.sync_api import expect
+
+    jump = phone.locator("a.mg-jump").last
+    expect(jump).to_be_visible()
+    phone.context.close()
