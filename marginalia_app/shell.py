@@ -24,6 +24,7 @@ from marginalia_app.ingest_view import job_indicator
 from marginalia_core.chat.desk import AnswerDesk
 from marginalia_core.config import Settings, load_settings
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.lab import RetrievalLab
 from marginalia_core.providers.local_servers import normalize
 from marginalia_core.workspace import Workspace
 
@@ -165,6 +166,17 @@ def _workspace(key: str, _settings: Settings) -> Workspace:
     base_key = _settings_key(base)
     _ingest_worker(base_key, base)
     return Workspace(_settings, embedder=_embedder(base_key, base))
+
+
+@st.cache_resource(show_spinner=False)
+def _lab(key: str, _ws: Workspace) -> RetrievalLab:
+    return RetrievalLab(_ws)
+
+
+def retrieval_lab(ws: Workspace) -> RetrievalLab:
+    """The lab over the process's Workspace, kept with it, so its cache of candidates (moving
+    an Inspector control embeds nothing again) outlives a rerun."""
+    return _lab(_settings_key(ws.defaults), ws)
 
 
 @st.cache_resource(show_spinner=False)

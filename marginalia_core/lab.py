@@ -30,8 +30,9 @@ from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
+from marginalia_core.store import open_sqlite
 from marginalia_core.store import question_sets as qs
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore
 
 if TYPE_CHECKING:
     from marginalia_core.workspace import Workspace
@@ -363,7 +364,7 @@ class RetrievalLab:
         target = cfg.chunk_target if cfg.chunk_target is not None else s.chunk_target
         overlap = cfg.chunk_overlap if cfg.chunk_overlap is not None else s.chunk_overlap
         folder = Path(tempfile.mkdtemp(prefix="marginalia-sweep-"))
-        scratch = Store(folder / "scratch.db")
+        scratch = open_sqlite(folder / "scratch.db")
         try:
             chunks, embedded = self._build_scratch(
                 scratch, target, overlap, progress=progress, cancel=cancel
@@ -376,7 +377,7 @@ class RetrievalLab:
             shutil.rmtree(folder, ignore_errors=True)
 
     def _build_scratch(
-        self, scratch: Store, target: int, overlap: int, *, progress=None, cancel=None
+        self, scratch: LibraryStore, target: int, overlap: int, *, progress=None, cancel=None
     ) -> tuple[int, int]:
         store, emb = self.ws.store, self.ws.embedder
         docs = [d for d in store.list_documents()

@@ -5,6 +5,7 @@ event iterator. Pages lay the results out; the CLI prints them; neither re-imple
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -21,11 +22,11 @@ from marginalia_core.ingest.jobs import Job, JobQueue, JobWorker, Upload
 from marginalia_core.ingest.page_images import PageImage, PageRenderer
 from marginalia_core.providers.embeddings import Embedder, get_embedder
 from marginalia_core.retrieval.retriever import Hit, Retriever
-from marginalia_core.store.base import LibraryStore, open_store
+from marginalia_core.store import open_store
+from marginalia_core.store.base import LibraryStore
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
-    from marginalia_core.lab import RetrievalLab
     from marginalia_core.providers.answerers.base import Answerer
     from marginalia_core.providers.local_servers import LocalServer
 
@@ -98,10 +99,8 @@ class Workspace:
 
     def _applied_mark(self) -> str | None:
         """The applied settings' whole content (a handful of short rows): cheap to compare."""
-        rows = self.store.conn.execute(
-            "SELECT key, value FROM library_settings ORDER BY key"
-        ).fetchall()
-        return ";".join(f"{k}={v}" for k, v in rows) or None
+        saved = self.store.library_settings()
+        return json.dumps(saved, sort_keys=True) if saved else None
 
     @cached_property
     def store(self) -> LibraryStore:
@@ -110,9 +109,7 @@ class Workspace:
 
     def applied_settings(self) -> dict[str, Any]:
         """The settings "Apply to Chat" saved for this library (only the ones it fixes)."""
-        from marginalia_core.store.question_sets import QuestionSets
-
-        saved = QuestionSets(self.store).applied_settings()
+        saved = self.store.library_settings()
         return {k: saved[k] for k in APPLIED_FIELDS if saved.get(k) is not None}
 
     def tuned_settings(self) -> dict[str, tuple[Any, Any]]:
@@ -126,8 +123,6 @@ class Workspace:
         """Save retrieval settings for this library, so Chat (and new uploads) use them;
         re-index, one transaction each, the documents whose chunking differs (their events).
         An empty ``values`` restores the defaults."""
-        from marginalia_core.store.question_sets import QuestionSets
-
         unknown = sorted(set(values) - set(APPLIED_FIELDS))
         if unknown:
             raise ValueError(f"not a retrieval setting: {', '.join(unknown)}")
@@ -135,7 +130,7 @@ class Workspace:
         merged = self.defaults.with_overrides(**kept)
         if merged.retrieval_mode not in RETRIEVAL_MODES:
             raise ValueError(f"retrieval mode must be one of {', '.join(RETRIEVAL_MODES)}")
-        QuestionSets(self.store).apply_settings(kept)
+        self.store.save_library_settings(kept)
         self._mark = self._applied_mark()
         self._use(merged)
         target, overlap = merged.chunk_target, effective_overlap(
@@ -177,13 +172,6 @@ class Workspace:
         from marginalia_core.chat.engine import ChatEngine
 
         return ChatEngine(self.store, self.retriever, self.answerer, self.settings)
-
-    @cached_property
-    def lab(self) -> RetrievalLab:
-        """Question sets, evaluation, sweeps, saved configurations, A/B and score tables."""
-        from marginalia_core.lab import RetrievalLab
-
-        return RetrievalLab(self)
 
     def mode_summary(self) -> dict[str, str]:
         """What the UI and CLI show as the active mode; never includes a key.
@@ -246,9 +234,7 @@ class Workspace:
     def local_model(self) -> dict[str, str] | None:
         """The local model server this library answers with (``{"server", "model",
         "label"}``), or None: the configured answerer."""
-        from marginalia_core.store.question_sets import QuestionSets
-
-        value = QuestionSets(self.store).library_value(LOCAL_MODEL_KEY)
+        value = self.store.library_value(LOCAL_MODEL_KEY)
         if isinstance(value, dict) and value.get("server") and value.get("model"):
             return {k: str(value.get(k) or "") for k in ("server", "model", "label")}
         return None
@@ -258,13 +244,12 @@ class Workspace:
         from now on (remembered with the library, for every session); ``server`` None: back to
         the configured answerer. Takes effect at the next question, no restart."""
         from marginalia_core.providers.local_servers import normalize
-        from marginalia_core.store.question_sets import QuestionSets
 
         if server is not None and not model.strip():
             raise InvalidInputError("Choose one of the server's models.")
         value = None if server is None else {
             "server": normalize(server), "model": model.strip(), "label": label}
-        QuestionSets(self.store).set_library_value(LOCAL_MODEL_KEY, value)
+        self.store.set_library_value(LOCAL_MODEL_KEY, value)
 
     def close(self) -> None:
         self.stop_worker()

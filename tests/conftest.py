@@ -36,7 +36,7 @@ from fake_gemini import fake_gemini_fixture, fake_gemini_server_fixture  # noqa:
 from fake_openai import fake_openai_fixture, fake_openai_server_fixture  # noqa: E402,F401
 
 from marginalia_core.config import Settings  # noqa: E402
-from marginalia_core.store.base import open_store  # noqa: E402
+from marginalia_core.store import open_store  # noqa: E402
 
 BOTH_BACKENDS = {
     "test_store", "test_retrieval", "test_ingestion", "test_chat", "test_concurrency",

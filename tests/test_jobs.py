@@ -19,7 +19,8 @@ from pdf_maker import long_pdf, text_pdf
 
 from marginalia_core.cli import main as cli_main
 from marginalia_core.ingest.jobs import Job, JobQueue, Upload
-from marginalia_core.store.base import LibraryStore, open_store
+from marginalia_core.store import open_store
+from marginalia_core.store.base import LibraryStore
 from marginalia_core.workspace import Workspace
 
 WAIT_S = 300  # a bound on waiting, never an assertion about speed

@@ -15,13 +15,14 @@ from marginalia_app.inspector.common import (
     remember,
     run_guarded,
 )
+from marginalia_app.shell import retrieval_lab
 from marginalia_core.config import RETRIEVAL_MODES
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.workspace import Workspace
 
 
 def draw(ws: Workspace) -> Controls:
-    lab = ws.lab
+    lab = retrieval_lab(ws)
     settings = ws.settings
     embedder = ws.embedder
     applied = lab.applied()

@@ -52,7 +52,7 @@ from marginalia_core.providers.answerers.prompting import (
 )
 from marginalia_core.retrieval.retriever import Retriever
 from marginalia_core.store.base import LibraryStore
-from marginalia_core.store.sqlite import KEEP, Keep, new_id
+from marginalia_core.store.rows import KEEP, Keep, new_id
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,10 @@ from psycopg import sql
 from marginalia_core.config import mask_url
 from marginalia_core.errors import NotFoundError
 from marginalia_core.store.base import ChunkRecord
+from marginalia_core.store.job_table import JobTable
+from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import run_statements
-from marginalia_core.store.sqlite import (
+from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
     VECTOR_DTYPE,
@@ -409,7 +411,7 @@ def hnsw_index_name(key: str) -> str:
     return "chunks_hnsw_" + hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
-class PostgresStore:
+class PostgresStore(JobTable, LibrarySettingsTable):
     """Data access for one PostgreSQL database. Cheap to share between threads (one connection
     per thread); any number of processes may open the same database."""
 

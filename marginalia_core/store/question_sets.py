@@ -23,12 +23,11 @@ from typing import Any
 
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.store.base import LibraryStore
-from marginalia_core.store.sqlite import new_id, now_iso
+from marginalia_core.store.rows import new_id, now_iso
 
 # A chunk matches a span judgment when they share at least this share of the shorter of the two
 SPAN_OVERLAP = 0.5
 # library_settings rows that are not retrieval settings: "Apply to Chat" leaves them alone
-OWN_KEYS = ("local_model",)  # the local model server the sidebar switched answers to
 _PAGES = re.compile(r"^\s*(\d+)\s*(?:[-–]\s*(\d+))?\s*$")
 
 
@@ -260,49 +259,6 @@ class QuestionSets:
     def delete_config(self, name: str) -> bool:
         with self.store.write() as conn:
             return conn.execute("DELETE FROM retrieval_configs WHERE name = ?", (name,)).rowcount > 0
-
-
-    # -- settings applied to the library (migration m010) ------------------------------------
-
-    def applied_settings(self) -> dict[str, Any]:
-        """The retrieval settings the lab applied to this library (empty: the defaults)."""
-        return {
-            r["key"]: json.loads(r["value"])
-            for r in self.store.conn.execute("SELECT key, value FROM library_settings")
-        }
-
-    def apply_settings(self, values: dict[str, Any]) -> None:
-        """Replace the applied settings with ``values`` in one transaction (a ``None`` value
-        is left out: that setting falls back to its default). Values of other concerns
-        (``OWN_KEYS``) are kept."""
-        with self.store.write() as conn:
-            conn.execute(
-                f"DELETE FROM library_settings WHERE key NOT IN ({', '.join('?' * len(OWN_KEYS))})",
-                OWN_KEYS,
-            )
-            conn.executemany(
-                "INSERT INTO library_settings (key, value, updated) VALUES (?, ?, ?)",
-                [(k, json.dumps(v), now_iso()) for k, v in values.items() if v is not None],
-            )
-
-    def library_value(self, key: str) -> Any:
-        """One library setting of another concern than retrieval (``OWN_KEYS``); None unset."""
-        row = self.store.conn.execute(
-            "SELECT value FROM library_settings WHERE key = ?", (key,)
-        ).fetchone()
-        return None if row is None else json.loads(row["value"])
-
-    def set_library_value(self, key: str, value: Any) -> None:
-        """Set (None: remove) one library setting of another concern (``OWN_KEYS``)."""
-        if key not in OWN_KEYS:
-            raise ValueError(f"not a library value: {key!r}")
-        with self.store.write() as conn:
-            conn.execute("DELETE FROM library_settings WHERE key = ?", (key,))
-            if value is not None:
-                conn.execute(
-                    "INSERT INTO library_settings (key, value, updated) VALUES (?, ?, ?)",
-                    (key, json.dumps(value), now_iso()),
-                )
 
 
 # --- import / export -------------------------------------------------------------------------
