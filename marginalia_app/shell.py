@@ -88,6 +88,12 @@ mark.mg-hl { background: rgba(255, 164, 33, 0.35); font-weight: 600; padding: 0 
   border-radius: 0.15rem; color: inherit; }
 .mg-page summary { cursor: pointer; font-size: 0.88rem; color: rgb(0, 84, 163); margin: 0.2rem 0; }
 .st-key-pv_triggers { display: none; }
+/* suggested questions: whole labels, wrapped onto lines as needed, at any width */
+.st-key-suggestions { flex-wrap: wrap; }
+.st-key-suggestions [data-testid="stElementContainer"] { max-width: 100%; }
+.st-key-suggestions button { height: auto; max-width: 100%; }
+.st-key-suggestions button p { white-space: normal; overflow: visible; text-overflow: clip;
+  text-align: left; }
 button.mg-pageview { font: inherit; font-size: 0.88rem; color: rgb(0, 84, 163); background: none;
   border: 1px solid rgba(28, 131, 225, 0.35); border-radius: 0.4rem; padding: 0.15rem 0.5rem;
   margin: 0.2rem 0; cursor: pointer; }

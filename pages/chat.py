@@ -273,7 +273,11 @@ def _setting_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def render_answer_block(message: dict[str, Any]) -> None:
+def render_answer_block(message: dict[str, Any], question: str = "",
+                        scoped_cid: str | None = None) -> None:
+    """A saved answer: its text with linked marks, notes, and the pills of its sources.
+    ``scoped_cid``: the conversation, when it searches only some documents and this is its
+    last answer (a no-match then offers to search all of them)."""
     sources = message.get("sources") or []
     numbers = [s["n"] for s in sources]
     scope = _scope()
@@ -294,8 +298,14 @@ def render_answer_block(message: dict[str, Any]) -> None:
             f"{'does' if len(invalid) == 1 else 'do'} not match any retrieved passage."
         )
     if not sources and message["content"] == NO_SOURCES_ANSWER:
-        st.page_link(INSPECTOR_PAGE, label="Open the retrieval settings Chat uses",
-                     icon=":material/tune:")
+        if scoped_cid and question:
+            st.caption("This conversation searches only some documents.")
+            st.button("Search all documents", key=f"search-all-{message['id']}",
+                      icon=":material/travel_explore:", type="primary",
+                      on_click=_search_all, args=(scoped_cid, question))
+        else:
+            st.page_link(INSPECTOR_PAGE, label="Open the retrieval settings Chat uses",
+                         icon=":material/tune:")
     if sources:
         by_n = {s["n"]: s for s in sources}
         mimes = _mimes()
@@ -324,6 +334,7 @@ def _rename(cid: str) -> None:
         state["rename_error"] = exc.message
     else:
         state.pop("rename_error", None)
+        state[f"rename-pop-{cid}"] = False  # saved: the popover closes
         st.toast("Conversation renamed.", icon=":material/edit:")
 
 
@@ -339,7 +350,8 @@ def render_conversation_header(conversation: dict[str, Any], count: int) -> None
                 f" · {count} message{'s' * (count != 1)}"
             )
         with (
-            st.popover("Rename", icon=":material/edit:", key=f"rename-pop-{cid}"),
+            st.popover("Rename", icon=":material/edit:", key=f"rename-pop-{cid}",
+                       on_change="rerun"),
             st.form(key=f"rename-form-{cid}", border=False),
         ):
             st.text_input("Title", value=conversation["title"], key=f"rename-{cid}",
@@ -394,9 +406,9 @@ def render_empty_state(documents: list[dict[str, Any]]) -> None:
         )
         return
     st.caption("Try one of these, or type your own question below.")
-    row = st.container(horizontal=True, gap="small")
-    for i, q in enumerate(SAMPLE_QUESTIONS):
-        row.button(q, key=f"suggest-{i}", on_click=_queue, args=(q,), icon=":material/help:")
+    with st.container(key="suggestions", horizontal=True, gap="small"):
+        for i, q in enumerate(SAMPLE_QUESTIONS):  # labels wrap, never cut (CSS in the shell)
+            st.button(q, key=f"suggest-{i}", on_click=_queue, args=(q,), icon=":material/help:")
 
 
 # --------------------------------------------------------------------------- questions and runs
@@ -568,12 +580,15 @@ if tuned and library:
 left, right = st.columns([3, 2], gap="large")
 
 with left:
-    for message in messages:
+    scoped = bool(stored and cid and ws.conversation_documents(cid))
+    for i, message in enumerate(messages):
         with st.chat_message(message["role"]):
             if message["role"] == "user":
                 st.markdown(fmt.escape_multiline(message["content"]))
             else:
-                render_answer_block(message)
+                asked = messages[i - 1]["content"] if i else ""
+                last = i == len(messages) - 1 and not runs
+                render_answer_block(message, asked, cid if scoped and last else None)
     slot = None
     for run in runs:
         with st.chat_message("user"):

@@ -428,14 +428,13 @@ def test_a_pdf_citation_shows_its_page_with_the_passage_highlighted(page):
     expect(pdf_card.locator(".mg-head")).to_contain_text(re.compile(r"p\. \d"))
     pdf_card.locator(".mg-head").click()
     page.wait_for_timeout(300)
-    view = pdf_card.locator("details.mg-page")
-    view.locator("summary").click()
-    image = view.locator("img.mg-page-img")
+    pdf_card.locator("button.mg-pageview").click()  # the page, large, in a dialog
+    image = page.get_by_role("dialog").locator(".mg-zoom img")
     expect(image).to_be_visible()
     natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
     assert natural[0] >= 600 and natural[1] > natural[0], natural  # a portrait page
     assert image.get_attribute("src").startswith("data:image/jpeg;base64,")
-    image.scroll_into_view_if_needed()
+    idle(page)
     screenshot(page, "screenshot-page-view.png")
     assert not external(page.requests), external(page.requests)
 
@@ -505,9 +504,8 @@ def test_a_reopened_conversation_shows_marks_margin_and_page_view_the_same(page)
     if not pdf_card.locator(".mg-body").is_visible():
         pdf_card.locator(".mg-head").click()
         page.wait_for_timeout(300)
-    view = pdf_card.locator("details.mg-page")
-    view.locator("summary").click()
-    image = view.locator("img.mg-page-img")
+    pdf_card.locator("button.mg-pageview").click()
+    image = page.get_by_role("dialog").locator(".mg-zoom img")
     expect(image).to_be_visible()
     natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
     assert natural[0] >= 600 and natural[1] > natural[0], natural

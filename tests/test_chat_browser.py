@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the fixtures of test_browser.py are imported, then requested by name
 """Chat in a real browser (issue 25): no question lost while an answer streams, Stop, the
 conversation's address, evidence scrolled into view, the page view, and the notes that say the
 state. `streamlit run` + Playwright over Debian's chromium (the helpers of test_browser.py),
@@ -208,7 +209,7 @@ def assert_marks_bring_sentences_into_view(pg, question: str, name: str) -> None
     assert checked, f"no highlighted sentence to check at {name}"
 
 
-def test_a_mark_click_brings_the_cited_sentence_into_view_desktop_and_phone(browser, server):  # noqa: F811, E501
+def test_a_mark_click_brings_the_cited_sentence_into_view_desktop_and_phone(browser, server):
     """At 1280x800 and at 390x844, clicking each mark of a long answer scrolls the margin (or,
     on a phone, the page) until the highlighted sentence itself is inside the window, not just
     its card's header."""
@@ -227,3 +228,116 @@ def test_a_mark_click_brings_the_cited_sentence_into_view_desktop_and_phone(brow
     jump = phone.locator("a.mg-jump").last
     expect(jump).to_be_visible()
     phone.context.close()
+
+
+# --------------------------------------------------------------------------- the page view
+
+def open_page_view(pg, question: str):
+    """Ask, then press the first PDF card's "See on the page"; the dialog."""
+    from playwright.sync_api import expect
+
+    type_question(pg, question)
+    answer = pg.locator('[data-testid="stChatMessage"]').last
+    expect(answer.locator('a[href^="#src-"]').first).to_be_visible(timeout=60_000)
+    idle(pg)
+    card = pg.locator(".mg-group:visible .mg-card").filter(
+        has_text="caring-for-old-books.pdf").first
+    if not card.locator(".mg-body").is_visible():
+        card.locator(".mg-head").click()
+    card.locator("button.mg-pageview").click()
+    dialog = pg.get_by_role("dialog")
+    expect(dialog.locator(".mg-zoom img")).to_be_visible(timeout=30_000)
+    return dialog
+
+
+def test_the_page_view_opens_full_width_with_a_zoom_and_the_pdf_at_that_page(browser, server):
+    from playwright.sync_api import expect
+
+    pg = open_offline(browser, server, DESKTOP)
+    add_samples(pg)
+    pg.get_by_role("link", name="Chat", exact=True).click()
+    idle(pg)
+    dialog = open_page_view(pg, "What temperature and humidity are best for old books?")
+    box = dialog.bounding_box()
+    assert box["width"] >= 0.9 * DESKTOP["width"], box  # the page, not a 266 px thumbnail
+    image = dialog.locator(".mg-zoom img")
+    natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+    assert natural[0] >= 600 and natural[1] > natural[0], natural  # a portrait page
+    fit = image.bounding_box()["width"]
+    assert fit > 800, fit
+    dialog.get_by_text("200 %").click()
+    idle(pg)
+    expect(dialog.locator(".mg-zoom img.mg-z200")).to_be_visible()
+    assert image.bounding_box()["width"] > 1.8 * fit
+    # the kept original, opened at the cited page in a new tab
+    link = dialog.locator("a.mg-openpdf")
+    expect(link).to_have_attribute("href", re.compile(r"^blob:.*#page=\d+$"))
+    page_number = int(link.get_attribute("href").rsplit("=", 1)[1])
+    assert f"p. {page_number}" in dialog.inner_text()
+    with pg.context.expect_page() as opened:
+        link.click()
+    tab = opened.value
+    assert tab.url.startswith("blob:") and tab.url.endswith(f"#page={page_number}")
+    head = pg.evaluate("""async (href) => {
+        const bytes = new Uint8Array(await (await fetch(href.split('#')[0])).arrayBuffer());
+        return String.fromCharCode(...bytes.slice(0, 5));
+    }""", link.get_attribute("href"))
+    assert head == "%PDF-"
+    with pg.expect_download() as download:
+        dialog.get_by_role("button", name="Download the original").click()
+    assert download.value.suggested_filename == "caring-for-old-books.pdf"
+    assert not external(pg.requests), external(pg.requests)
+    pg.context.close()
+
+
+def test_every_answer_of_a_conversation_offers_its_page_view(browser, server):
+    from playwright.sync_api import expect
+
+    pg = open_offline(browser, server, DESKTOP)
+    add_samples(pg)
+    pg.get_by_role("link", name="Chat", exact=True).click()
+    idle(pg)
+    type_question(pg, "How should old books be stored?")
+    expect(pg.locator('[data-testid="stChatMessage"]').nth(1).locator('a[href^="#src-"]').first
+           ).to_be_visible(timeout=60_000)
+    idle(pg)
+    type_question(pg, FERMAT)
+    expect(pg.locator('[data-testid="stChatMessage"]').nth(3).locator('a[href^="#src-"]').first
+           ).to_be_visible(timeout=60_000)
+    idle(pg)
+    # the first answer's PDF mark opens its card, whose page view still opens
+    first = pg.locator('[data-testid="stChatMessage"]').nth(1)
+    marks = first.locator('a[href^="#src-"]')
+    for i in range(marks.count()):
+        href = marks.nth(i).get_attribute("href")
+        card = pg.locator(f"[id='{href[1:]}']")
+        if "caring-for-old-books.pdf" in card.locator(".mg-head").inner_text():
+            marks.nth(i).click()
+            pg.wait_for_timeout(300)
+            card.locator("button.mg-pageview").click()
+            expect(pg.get_by_role("dialog").locator(".mg-zoom img")).to_be_visible()
+            break
+    else:
+        pytest.fail("the first answer cited no PDF passage")
+    pg.context.close()
+
+
+def test_documents_page_downloads_and_opens_the_original(browser, server):
+    from playwright.sync_api import expect
+
+    pg = open_offline(browser, server, DESKTOP)
+    add_samples(pg)
+    pg.get_by_role("link", name="Documents", exact=True).click()
+    idle(pg)
+    pg.get_by_text("Open or download a document").click()
+    choose = pg.get_by_role("combobox", name="Document", exact=True)
+    choose.click()
+    choose.fill("caring-for-old")
+    choose.press("Enter")
+    idle(pg)
+    expect(pg.locator("a.mg-openpdf")).to_have_attribute("href", re.compile(r"^blob:.*#page=1$"))
+    with pg.expect_download() as download:
+        pg.get_by_role("button", name="Download the original").click()
+    path = download.value.path()
+    assert Path(path).read_bytes()[:5] == b"%PDF-"
+    pg.context.close()
