@@ -311,8 +311,8 @@ def render_answer_block(message: dict[str, Any], question: str = "",
         mimes = _mimes()
         first = margin.first_cited(message["content"], numbers)
         if first is not None:  # on a phone the margin is below: a jump to it
-            st.html(f'<a class="mg-jump" href="#{margin.anchor_id(scope, message["id"], first)}">'
-                    "Show the source ↓</a>")
+            st.html(f'<a class="mg-jump" href="#" data-target='
+                    f'"{margin.anchor_id(scope, message["id"], first)}">Show the source ↓</a>')
         st.pills(
             "Cited passages",
             numbers,
@@ -498,6 +498,13 @@ w.Function(`
   document.addEventListener('click', (e) => {
     const a = e.target.closest && e.target.closest('a[href^="#src-"]');
     if (a) setTimeout(() => show(a.getAttribute('href').slice(1), 10), 30);
+    const jump = e.target.closest && e.target.closest('a.mg-jump[data-target]');
+    if (jump) {
+      e.preventDefault();
+      const id = jump.getAttribute('data-target').replace(/[^A-Za-z0-9_-]/g, '');
+      window.location.hash = id;  // opens the card (CSS :target), then its sentence
+      setTimeout(() => show(id, 10), 30);
+    }
     const pv = e.target.closest && e.target.closest('button.mg-pageview[data-pv]');
     if (pv) {
       const key = pv.getAttribute('data-pv').replace(/[^A-Za-z0-9-]/g, '');

@@ -227,6 +227,10 @@ def test_a_mark_click_brings_the_cited_sentence_into_view_desktop_and_phone(brow
 
     jump = phone.locator("a.mg-jump").last
     expect(jump).to_be_visible()
+    jump.click()
+    phone.wait_for_timeout(400)
+    target = jump.get_attribute("data-target")
+    expect(phone.locator(f"[id='{target}'] .mg-body")).to_be_in_viewport()
     phone.context.close()
 
 
@@ -340,4 +344,113 @@ def test_documents_page_downloads_and_opens_the_original(browser, server):
         pg.get_by_role("button", name="Download the original").click()
     path = download.value.path()
     assert Path(path).read_bytes()[:5] == b"%PDF-"
+    pg.context.close()
+
+
+# --------------------------------------------------------------------------- saying the state
+
+@pytest.fixture(scope="module")
+def own_server(chromium_path, tmp_path_factory):
+    """An offline app of its own: these tests change the library's settings and documents."""
+    tmp = tmp_path_factory.mktemp("chat-state")
+    for url in _serve(tmp):
+        yield url, tmp / "marginalia.db"
+
+
+def test_tuned_settings_and_a_deleted_document_are_said(browser, own_server):
+    from playwright.sync_api import expect
+
+    from marginalia_core.config import Settings
+    from marginalia_core.workspace import Workspace
+
+    url, db = own_server
+    pg = open_offline(browser, url, DESKTOP)
+    add_samples(pg)
+    pg.get_by_role("link", name="Chat", exact=True).click()
+    idle(pg)
+    expect(pg.locator(".st-key-tuned_note")).to_have_count(0)  # the defaults: nothing to say
+    type_question(pg, FERMAT)
+    expect(pg.locator('[data-testid="stChatMessage"]').last.locator('a[href^="#src-"]').first
+           ).to_be_visible(timeout=60_000)
+    idle(pg)
+    cid = conversation_id(pg)
+
+    # settings applied from the Inspector (here through the same Workspace call it makes)
+    ws = Workspace(Settings(db_path=str(db), embedder="local", answerer="extractive"))
+    try:
+        list(ws.apply_settings({"threshold": 0.31, "top_k": 4}))
+        name = "a-short-history-of-marginalia.md"
+        doc = next(d for d in ws.documents() if d["name"] == name)
+        assert ws.delete_document(doc["id"])
+    finally:
+        ws.close()
+    pg.goto(f"{url}/?c={cid}")
+    idle(pg)
+    note = pg.locator(".st-key-tuned_note")
+    expect(note).to_contain_text("Tuned retrieval settings are in use")
+    expect(note).to_contain_text("threshold 0.31")
+    expect(note).to_contain_text("passages returned 4")
+    expect(note.get_by_role("link", name="See them")).to_be_visible()
+    # the answer still shows its passage, marked as from a deleted document, with no page view
+    card = pg.locator(".mg-group:visible .mg-card").filter(has_text=name).first
+    expect(card.locator(".mg-gone")).to_have_text("document deleted")
+    expect(card).to_contain_text("document deleted: this is the passage as it was cited")
+    expect(card.locator("button.mg-pageview")).to_have_count(0)
+    pg.screenshot(path="/tmp/chat-state.png")
+    note.get_by_role("link", name="See them").click()
+    idle(pg)
+    expect(pg.get_by_role("heading", name="Retrieval Inspector")).to_be_visible()
+    pg.context.close()
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280", "390"])
+def test_suggestions_are_whole_and_sidebar_rows_hold_their_delete(browser, own_server, viewport):
+    from playwright.sync_api import expect
+
+    url, _ = own_server
+    desk = open_offline(browser, url, DESKTOP)
+    add_samples(desk)  # through the sidebar, open on a desktop
+    desk.context.close()
+    pg = open_offline(browser, url, viewport)  # a new conversation: the suggested questions
+    idle(pg)
+    from marginalia_app.samples import SAMPLE_QUESTIONS
+
+    for i, question in enumerate(SAMPLE_QUESTIONS):
+        button = pg.locator(f".st-key-suggest-{i} button")
+        expect(button).to_be_visible()
+        label = button.locator("p")
+        assert label.inner_text().strip() == question
+        cut = label.evaluate("e => e.scrollWidth > e.clientWidth + 1 || "
+                             "e.scrollHeight > e.clientHeight + 1")
+        assert not cut, (question, viewport)
+        box = button.bounding_box()
+        assert box["x"] + box["width"] <= viewport["width"], (question, box)
+    if viewport is PHONE:
+        pg.context.close()
+        return
+    # a suggestion asks itself; then its conversation's row: title left-aligned, its delete
+    # control on the same line
+    pg.locator(".st-key-suggest-0 button").click()
+    expect(pg.locator('[data-testid="stChatMessage"]').last.locator('a[href^="#src-"]').first
+           ).to_be_visible(timeout=60_000)
+    idle(pg)
+    rows = pg.locator('[class*="st-key-convrow-"]')
+    expect(rows.first).to_be_visible()
+    title = rows.first.locator("button:visible").first
+    delete = rows.first.locator("button:visible").last
+    t, d = title.bounding_box(), delete.bounding_box()
+    assert abs((t["y"] + t["height"] / 2) - (d["y"] + d["height"] / 2)) < 6, (t, d)
+    assert d["x"] > t["x"] + t["width"] / 2, (t, d)
+    text = title.locator("p").bounding_box()
+    assert text["x"] - t["x"] < 48, (text, t)  # left-aligned, after its icon
+    # Rename: the popover closes once the title is saved
+    pg.locator('[class*="st-key-conv-"] button').first.click()
+    idle(pg)
+    pg.get_by_role("button", name="Rename").click()
+    box = pg.get_by_role("textbox", name="Title")
+    box.fill("Fermat's note")
+    pg.get_by_role("button", name="Save").click()
+    idle(pg)
+    expect(pg.get_by_role("textbox", name="Title")).to_be_hidden()
+    expect(pg.locator('[data-testid="stSidebar"]')).to_contain_text("Fermat's note")
     pg.context.close()
