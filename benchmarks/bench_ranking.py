@@ -303,7 +303,7 @@ def measure_queries(store: Store, index: VectorIndex, queries: np.ndarray, targe
     ids, matrix = index._current()
     threads = C.blas_threads()
     emb = StubEmbedder()
-    retr = Retriever(store, emb, Settings(db_path=store.path, top_k=K))
+    retr = Retriever(store, emb, Settings(db_path=store.path).with_overrides(top_k=K))
     retr._index = index  # share the matrix (no second 3 GB load at 1M)
     words = random.Random(SEED + len(ids))
     texts = []

@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from marginalia_core import __version__, events
 from marginalia_core.citations import has_pages
 from marginalia_core.config import RETRIEVAL_MODES, load_settings, mask_url
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.ingest.web import is_web_address
 from marginalia_core.lab import RetrievalLab
 from marginalia_core.store import copy_to_postgres
 from marginalia_core.store.base import is_postgres_url
@@ -46,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"marginalia {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("ingest", help="index files (PDF, TXT, MD); prints stage/done/error events")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p = sub.add_parser("ingest", help="index files (PDF, Word, PowerPoint, Excel, CSV, ODT, EPUB, "
+                       "HTML, TXT, MD) or web pages (https://...); prints stage/done/error events")
+    p.add_argument("files", nargs="+", metavar="FILE_OR_URL")
     pw = p.add_mutually_exclusive_group()
     pw.add_argument("--password", help="password for encrypted PDFs (visible to other users "
                     "of this machine in the process list: prefer --password-file)")
@@ -120,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("delete", help="delete a document and its chunks")
     p.add_argument("id", metavar="ID")
     _common(p)
+    p = sub.add_parser("refresh", help="fetch a web page document again; replaced if changed")
+    p.add_argument("id", metavar="ID")
+    _common(p)
     p = sub.add_parser("reindex", help="re-chunk/re-embed documents with the active embedder")
     p.add_argument("ids", nargs="*", metavar="ID", help="documents (default: those not searchable)")
     p.add_argument("--all", action="store_true", help="every document")
@@ -142,6 +147,22 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p = sub.add_parser("delete-conversation", help="delete a conversation and its messages")
     p.add_argument("id", metavar="ID")
+    _common(p)
+    p = sub.add_parser(
+        "serve",
+        help="the HTTP API (NDJSON streams, OpenAPI at /docs); --mcp adds the MCP server at /mcp",
+        description="Serve the library over HTTP. Without MARGINALIA_API_TOKEN only this "
+        "machine (127.0.0.1) may listen; with it every request needs 'Authorization: Bearer "
+        "<token>'. MARGINALIA_API_CORS lists browser origins allowed (comma separated).",
+    )
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; another needs a token)")
+    p.add_argument("--port", type=int, default=8502, help="port (default 8502)")
+    p.add_argument("--mcp", action="store_true", help="also serve MCP (streamable HTTP) at /mcp")
+    p.add_argument("--log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    _common(p)
+    p = sub.add_parser("mcp", help="the MCP server on stdio, for an MCP host (Claude Desktop, ...)")
     _common(p)
     p = sub.add_parser(
         "migrate-store",
@@ -172,7 +193,7 @@ def _workspace(args: argparse.Namespace) -> Workspace:
         answerer=args.answerer,
         top_k=args.k,
         threshold=args.threshold,
-        retrieval_mode=args.mode,
+        mode=args.mode,
         chunk_target=getattr(args, "target", None),
         chunk_overlap=getattr(args, "overlap", None),
     )
@@ -210,17 +231,20 @@ def _password(args: argparse.Namespace) -> str | None:
 
 
 def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    return _stream(ws.ingest_files(args.files, password=_password(args)), out, err, "refused")
+    password = _password(args)
+
+    def each() -> Iterator[events.Event]:
+        for item in args.files:  # in the order given; a web address is fetched, only here
+            if is_web_address(item):
+                yield from ws.ingest_url(item)
+            else:
+                yield from ws.ingest_files([item], password=password)
+
+    return _stream(each(), out, err, "refused")
 
 
-def _search_line(ws: Workspace, query: str) -> dict[str, Any]:
-    return {
-        "type": "hits",
-        "query": query,
-        "mode": ws.settings.retrieval_mode,
-        "threshold": ws.retriever.threshold,
-        "hits": ws.sources(ws.search(query)),
-    }
+def cmd_refresh(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _stream(ws.refresh(args.id), out, err, "refresh failed")
 
 
 def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -232,7 +256,7 @@ def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
     )
     for query in queries:
         if query.strip():
-            _emit(_search_line(ws, query), out)
+            _emit(ws.search_result(query), out)
     return EXIT_OK
 
 
@@ -251,7 +275,9 @@ def source_line(source: Mapping[str, Any], mime: str | None = None) -> str:
     name = " ".join(str(source.get("document_name", "")).split())
     line = f"[{source.get('n')}] {name}"
     paged = has_pages(mime) if mime else name.lower().endswith(".pdf")
-    if paged and source.get("page"):
+    if source.get("location"):
+        line += f", {' '.join(str(source['location']).split())}"
+    elif paged and source.get("page"):
         first, last = int(source["page"]), int(source.get("page_end") or source["page"])
         line += f", p. {first}" if last == first else f", pp. {first}-{last}"
     if source.get("score") is not None:
@@ -489,11 +515,28 @@ def cmd_migrate_store(ws: Workspace, args: argparse.Namespace, out: TextIO, err:
     return EXIT_OK
 
 
+def cmd_serve(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from marginalia_core.api.server import serve
+
+    serve(ws, host=args.host, port=args.port, mcp=args.mcp, log_level=args.log_level, err=err)
+    return EXIT_OK
+
+
+def cmd_mcp(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from marginalia_core.api.server import serve_mcp_stdio
+
+    serve_mcp_stdio(ws)
+    return EXIT_OK
+
+
 COMMANDS = {
+    "serve": cmd_serve,
+    "mcp": cmd_mcp,
     "migrate-store": cmd_migrate_store,
     "eval": cmd_eval,
     "qsets": cmd_qsets,
     "ingest": cmd_ingest,
+    "refresh": cmd_refresh,
     "search": cmd_search,
     "ask": cmd_ask,
     "documents": cmd_documents,

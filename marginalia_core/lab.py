@@ -169,12 +169,8 @@ class RetrievalLab:
     # -- evaluation and sweeps ---------------------------------------------------------------
 
     def default_config(self) -> ev.EvalConfig:
-        s = self.ws.settings
-        return ev.EvalConfig(
-            mode=s.retrieval_mode, threshold=s.threshold, top_k=s.top_k, alpha=s.fusion_alpha,
-            chunk_target=s.chunk_target, chunk_overlap=s.chunk_overlap,
-            embedder=self.embedder_key(),
-        )
+        return ev.EvalConfig(**self.ws.settings.retrieval.to_dict(),
+                             embedder=self.embedder_key())
 
     def embedder_key(self) -> str:
         """The active embedder's key, or its model name while a model server is down."""
@@ -203,8 +199,7 @@ class RetrievalLab:
     ) -> ev.ThresholdSweep:
         prepared = prepared or self.prepare(set_name)
         return ev.threshold_sweep(
-            self.retriever, prepared, mode=mode or self.ws.settings.retrieval_mode,
-            top_k=top_k or self.ws.settings.top_k, alpha=alpha,
+            self.retriever, prepared, mode=mode, top_k=top_k, alpha=alpha,
         )
 
     def weight_sweep(
@@ -245,11 +240,8 @@ class RetrievalLab:
     def apply(self, config: ev.EvalConfig) -> Iterator[events.IngestEvent]:
         """"Apply to Chat": the configuration becomes this library's retrieval settings (saved
         in the database); documents chunked otherwise are re-indexed (the events of each)."""
-        return self.ws.apply_settings({
-            "retrieval_mode": config.mode, "threshold": config.threshold,
-            "top_k": config.top_k, "fusion_alpha": config.alpha,
-            "chunk_target": config.chunk_target, "chunk_overlap": config.chunk_overlap,
-        })
+        applied = {k: v for k, v in config.to_dict().items() if k != "embedder"}
+        return self.ws.apply_settings(applied)
 
     def applied(self) -> ev.EvalConfig:
         """The configuration Chat uses now (the applied settings over the defaults)."""
@@ -258,16 +250,11 @@ class RetrievalLab:
     def resolved(self, config: ev.EvalConfig) -> ev.EvalConfig:
         """``config`` with every ``None`` spelled out (the threshold, fusion weight and passage
         size it stands for, the overlap clamped as chunking clamps it): what it does."""
-        s = self.ws.settings
-        target = s.chunk_target if config.chunk_target is None else config.chunk_target
-        overlap = s.chunk_overlap if config.chunk_overlap is None else config.chunk_overlap
-        alpha = s.fusion_alpha if config.alpha is None else config.alpha
         return replace(
             config,
-            threshold=round(self.retriever.threshold if config.threshold is None
-                            else float(config.threshold), 4),
-            alpha=round(Candidates.alpha_for(alpha), 4),
-            chunk_target=int(target), chunk_overlap=effective_overlap(target, overlap),
+            threshold=round(self.retriever.threshold_of(config), 4),
+            alpha=round(self.retriever.alpha_of(config), 4),
+            chunk_overlap=effective_overlap(config.chunk_target, config.chunk_overlap),
         )
 
     def same_effect(self, a: ev.EvalConfig, b: ev.EvalConfig) -> bool:
@@ -327,9 +314,8 @@ class RetrievalLab:
     ) -> list[Hit]:
         """What search returns with these settings, from the same cached candidates as
         ``explain`` (moving a control embeds nothing again)."""
-        ranked = self.retriever.rank(self._candidates(query), mode=mode, threshold=threshold,
-                                     k=self.ws.settings.top_k if k is None else k, alpha=alpha)
-        return self.retriever.hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
+        config = self.retriever.config(mode=mode, threshold=threshold, top_k=k, alpha=alpha)
+        return self.retriever.retrieve(self._candidates(query), config)
 
     def _candidates(self, query: str) -> Candidates:
         key = (query, self.ws.store.generation(), self.ws.embedder.key)
@@ -346,9 +332,7 @@ class RetrievalLab:
     # -- scratch indexes ----------------------------------------------------------------------
 
     def _needs_scratch(self, cfg: ev.EvalConfig) -> bool:
-        s = self.ws.settings
-        target = cfg.chunk_target if cfg.chunk_target is not None else s.chunk_target
-        overlap = cfg.chunk_overlap if cfg.chunk_overlap is not None else s.chunk_overlap
+        target, overlap = cfg.chunk_target, cfg.chunk_overlap
         docs = self.ws.store.list_documents()
         return any(
             (d["chunk_target"], d["chunk_overlap"])
@@ -361,8 +345,7 @@ class RetrievalLab:
     ) -> tuple[ev.EvalResult, int, int]:
         qset = self.sets.get(set_name)
         s = self.ws.settings
-        target = cfg.chunk_target if cfg.chunk_target is not None else s.chunk_target
-        overlap = cfg.chunk_overlap if cfg.chunk_overlap is not None else s.chunk_overlap
+        target, overlap = cfg.chunk_target, cfg.chunk_overlap
         folder = Path(tempfile.mkdtemp(prefix="marginalia-sweep-"))
         scratch = open_sqlite(folder / "scratch.db")
         try:

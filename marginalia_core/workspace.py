@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from marginalia_core import events
-from marginalia_core.config import RETRIEVAL_MODES, Settings, load_settings
+from marginalia_core.config import RETRIEVAL_MODES, RetrievalConfig, Settings, load_settings
 from marginalia_core.errors import EmbedderMismatchError, InvalidInputError, NotFoundError
 from marginalia_core.ingest import pipeline
 from marginalia_core.ingest.chunking import Chunk, chunk_stats, chunk_text, effective_overlap
 from marginalia_core.ingest.jobs import Job, JobQueue, JobWorker, Upload
 from marginalia_core.ingest.page_images import PageImage, PageRenderer
 from marginalia_core.providers.embeddings import Embedder, get_embedder
+from marginalia_core.retrieval.rerank import reranker_class as get_reranker_class
 from marginalia_core.retrieval.retriever import Hit, Retriever
 from marginalia_core.store import open_store
 from marginalia_core.store.base import LibraryStore
@@ -32,10 +33,9 @@ if TYPE_CHECKING:
 
 Reindex = Literal["stale", "all"]
 MAX_TITLE_CHARS = 120
-# What "Apply to Chat" saves per library (migration m010): Settings fields a lab configuration
-# fixes. Environment variables stay the defaults underneath.
-APPLIED_FIELDS = ("retrieval_mode", "threshold", "top_k", "fusion_alpha", "chunk_target",
-                  "chunk_overlap")
+# What "Apply to Chat" saves per library (migration m010): the RetrievalConfig fields a lab
+# configuration fixes. Environment variables stay the defaults underneath.
+APPLIED_FIELDS = RetrievalConfig.names()
 
 
 LOCAL_MODEL_KEY = "local_model"  # the library setting that remembers the sidebar's choice
@@ -108,9 +108,14 @@ class Workspace:
         return open_store(self.defaults)
 
     def applied_settings(self) -> dict[str, Any]:
-        """The settings "Apply to Chat" saved for this library (only the ones it fixes)."""
-        saved = self.store.library_settings()
-        return {k: saved[k] for k in APPLIED_FIELDS if saved.get(k) is not None}
+        """The retrieval settings "Apply to Chat" saved for this library (only the ones it
+        fixes), by ``RetrievalConfig`` field name (older saved names read as their field)."""
+        out: dict[str, Any] = {}
+        for key, value in self.store.library_settings().items():
+            name = RetrievalConfig.field_name(key)
+            if name is not None and value is not None:
+                out[name] = value
+        return out
 
     def tuned_settings(self) -> dict[str, tuple[Any, Any]]:
         """The applied retrieval settings that differ from the defaults: field -> (applied,
@@ -123,18 +128,20 @@ class Workspace:
         """Save retrieval settings for this library, so Chat (and new uploads) use them;
         re-index, one transaction each, the documents whose chunking differs (their events).
         An empty ``values`` restores the defaults."""
-        unknown = sorted(set(values) - set(APPLIED_FIELDS))
+        unknown = sorted(k for k in values if RetrievalConfig.field_name(k) is None)
         if unknown:
             raise ValueError(f"not a retrieval setting: {', '.join(unknown)}")
-        kept = {k: v for k, v in values.items() if v is not None}
+        kept = {RetrievalConfig.field_name(k) or k: v for k, v in values.items() if v is not None}
         merged = self.defaults.with_overrides(**kept)
-        if merged.retrieval_mode not in RETRIEVAL_MODES:
+        if merged.retrieval.mode not in RETRIEVAL_MODES:
             raise ValueError(f"retrieval mode must be one of {', '.join(RETRIEVAL_MODES)}")
+        get_reranker_class(merged.retrieval.reranker)  # an unknown name is refused here
         self.store.save_library_settings(kept)
         self._mark = self._applied_mark()
         self._use(merged)
-        target, overlap = merged.chunk_target, effective_overlap(
-            merged.chunk_target, merged.chunk_overlap)
+        config = merged.retrieval
+        target, overlap = config.chunk_target, effective_overlap(
+            config.chunk_target, config.chunk_overlap)
         differ = [d["id"] for d in self.documents()
                   if (d["chunk_target"], d["chunk_overlap"]) != (target, overlap)]
         return self.reindex_many(differ, target=target, overlap=overlap)
@@ -207,7 +214,7 @@ class Workspace:
             "chat_model": model,
             "server": server,
             "embed_model": (s.embed_model or "") if s.embedder_name == "openai" else "",
-            "retrieval": s.retrieval_mode,
+            "retrieval": s.retrieval.mode,
             "db": self.store.location if s.database_url else s.db_path,
         }
 
@@ -272,6 +279,15 @@ class Workspace:
         return pipeline.ingest_bytes(
             self.store, self.embedder, self.settings, name, data, mime=mime, password=password
         )
+
+    def ingest_url(self, url: str) -> Iterator[events.IngestEvent]:
+        """Fetch a web page (this explicit request is the only time one is fetched) and index
+        it under its final address: ``stage`` ``fetching``, then as :meth:`ingest`."""
+        return pipeline.ingest_url(self.store, self.embedder, self.settings, url)
+
+    def refresh(self, document_id: str) -> Iterator[events.IngestEvent]:
+        """Fetch a web page document again; replaced (same id) if it changed."""
+        return pipeline.refresh_document(self.store, self.embedder, self.settings, document_id)
 
     def ingest_path(
         self, path: str | Path, *, password: str | None = None
@@ -348,6 +364,14 @@ class Workspace:
                 yield refused or events.error(f"Cannot read {name}.", "unreadable", file=name)
                 continue
             yield from self.job_queue.run_inline([Upload(name, data)], password=password)
+
+    def ingest_uploads(
+        self, uploads: Iterable[Upload], *, password: str | None = None
+    ) -> Iterator[events.IngestEvent]:
+        """Index uploaded files now, in this thread, as recorded jobs (the HTTP API), one after
+        the other: ``uploads`` may read each file lazily, so one file's bytes are held at once."""
+        for upload in uploads:
+            yield from self.job_queue.run_inline([upload], password=password)
 
     def is_searchable(self, document: dict[str, Any]) -> bool:
         """Indexed by the active embedder, so it takes part in search."""
@@ -447,6 +471,38 @@ class Workspace:
             query, k=k, threshold=threshold, mode=mode, alpha=alpha,
             documents=None if documents is None else list(documents),
         )
+
+    def search_result(
+        self, query: str, *, k: int | None = None, mode: str | None = None,
+        documents: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """One query's ``hits`` record as the CLI prints it and the API returns it: the query,
+        the mode and threshold in force, and the hits numbered as sources (``documents``: only
+        those; an unknown id is refused with ``NotFoundError``)."""
+        if mode is not None and mode not in RETRIEVAL_MODES:
+            raise InvalidInputError(f"mode must be one of {', '.join(RETRIEVAL_MODES)}")
+        scope = self.chat.checked_documents(list(documents or ()))
+        hits = self.search(query, k=k, mode=mode, documents=scope)
+        return {
+            "type": "hits",
+            "query": query,
+            "mode": mode or self.settings.retrieval.mode,
+            "threshold": self.retriever.threshold,
+            "hits": self.sources(hits),
+        }
+
+    def passage(self, chunk_id: int) -> dict[str, Any]:
+        """One stored passage by its chunk id (a source's ``chunk_id``): its document, index,
+        pages and full text; ``NotFoundError`` when there is none (its document was deleted)."""
+        row = self.store.chunks_by_ids([int(chunk_id)]).get(int(chunk_id))
+        if row is None:
+            raise NotFoundError(f"No passage with chunk id {chunk_id}.")
+        return {
+            "chunk_id": row["id"], "document_id": row["document_id"],
+            "document_name": row["document_name"], "idx": row["idx"],
+            "page": row["page_start"], "page_end": row["page_end"], "content": row["content"],
+            "ocr": bool(row.get("ocr")),
+        }
 
     def sources(self, hits: list[Hit]) -> list[events.Source]:
         """Hits numbered from 1 as the sources of an answer."""

@@ -38,6 +38,8 @@ from marginalia_core.retrieval.retriever import Retriever
 from marginalia_core.store import open_store
 from marginalia_core.store.base import LibraryStore as Store
 
+pytestmark = pytest.mark.both_backends
+
 SOAK_SECONDS = float(os.environ.get("MARGINALIA_SOAK_SECONDS", "60"))
 THREADS = 8
 SMALL_CHUNKS = {"chunk_target": 300, "chunk_overlap": 50}

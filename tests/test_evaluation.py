@@ -12,11 +12,12 @@ import threading
 import pytest
 
 from marginalia_core import cli
+from marginalia_core.config import RETRIEVAL_MODES
 from marginalia_core.ingest.pipeline import ingest_bytes, reindex_document
 from marginalia_core.lab import RetrievalLab
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval import lexical
-from marginalia_core.retrieval.retriever import RankedChunk
+from marginalia_core.retrieval.retriever import Hit
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet
 
 DOCS = {
@@ -83,18 +84,16 @@ def test_nothing_returned_has_no_precision_and_zero_recall():
 def test_document_level_judgments_collapse_passages_to_documents():
     """BEIR scores documents: a document's second passage must not take a rank."""
     q = Question("q", (Judgment("b"),), "q1")
-    chunks = {1: {"document_name": "a", "document_id": "a"},
-              2: {"document_name": "a", "document_id": "a"},
-              3: {"document_name": "b", "document_id": "b"}}
-    ranked = [RankedChunk(c, 0.5, 0.0, 0.0, 0.0, c, None, c, False) for c in (1, 2, 3)]
-    assert ev.score_question(q, ev._units(ranked, q, chunks), 6).first_relevant_rank == 2
+    hits = [Hit(chunk_id=c, document_id=d, document_name=d, idx=0, page_start=1, page_end=1,
+                score=0.5, content="", rank=c) for c, d in ((1, "a"), (2, "a"), (3, "b"))]
+    assert ev.score_question(q, ev._units(hits, q), 6).first_relevant_rank == 2
 
 
 # --- on a real library -----------------------------------------------------------------------
 
 
 def test_evaluate_each_mode_on_a_real_library(library):
-    for mode in ev.MODES:
+    for mode in RETRIEVAL_MODES:
         res = RetrievalLab(library).evaluate("docs", ev.EvalConfig(mode=mode, threshold=0.0, top_k=3))
         assert res.metrics["questions"] == 4
         assert res.metrics["hit@1"] == 1.0, (mode, [q.first_relevant_rank for q in res.questions])

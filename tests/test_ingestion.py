@@ -10,6 +10,8 @@ from marginalia_core.config import Settings
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path, safe_name
 from marginalia_core.providers.embeddings.gemini import GeminiEmbedder
 
+pytestmark = pytest.mark.both_backends
+
 TEXT = (
     "Marginalia are notes written in the margins of a book.\n\n"
     "Medieval scribes added glosses beside the text. " * 40
@@ -140,12 +142,12 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
     from pdf_maker import long_pdf
 
     from marginalia_core.ingest.chunking import chunk_text
-    from marginalia_core.ingest.extraction import extract
+    from marginalia_core.ingest.formats import extract
     from marginalia_core.ingest.pipeline import _EarlyEmbeddings
 
     data = long_pdf(12)
     s = workspace.settings
-    early = _EarlyEmbeddings(workspace.embedder, s.chunk_target, s.chunk_overlap)
+    early = _EarlyEmbeddings(workspace.embedder, s.retrieval.chunk_target, s.retrieval.chunk_overlap)
     extracted = extract("book.pdf", data, on_page=lambda _d, _t, text: early.add_page(text))
     waiting = early.finish("book.pdf", total=10_000)
     progress = []
@@ -156,7 +158,7 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
             vectors = end.value
             break
     assert all(e["stage"] == "embedding" for e in progress)
-    chunks = chunk_text(extracted.text, target=s.chunk_target, overlap=s.chunk_overlap,
+    chunks = chunk_text(extracted.text, target=s.retrieval.chunk_target, overlap=s.retrieval.chunk_overlap,
                         page_starts=extracted.page_starts)
     reused = [c for c in chunks if c.text in vectors]
     assert len(reused) >= len(chunks) // 3  # embedded while pages were still being read

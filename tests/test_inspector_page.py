@@ -154,7 +154,7 @@ def test_apply_to_chat_and_controls_survive_navigation(app_env):
     assert not at.exception
     assert at.success and "Chat now uses these settings" in at.success[0].value
     assert at.button(key="inspector_apply").disabled  # applied: nothing to apply
-    assert ws.applied_settings()["retrieval_mode"] == "lexical"
+    assert ws.applied_settings()["mode"] == "lexical"
     assert ws.applied_settings()["top_k"] == 2
 
     at.switch_page(CHAT).run()

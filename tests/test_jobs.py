@@ -23,6 +23,8 @@ from marginalia_core.store import open_store
 from marginalia_core.store.base import LibraryStore
 from marginalia_core.workspace import Workspace
 
+pytestmark = pytest.mark.both_backends
+
 WAIT_S = 300  # a bound on waiting, never an assertion about speed
 TEXT = ("Marginalia are notes written in the margins of a book. " * 60).encode()
 

@@ -47,12 +47,12 @@ def test_apply_to_chat_changes_what_chat_retrieves_and_survives_a_restart(librar
                                                                          local_embedder):
     ws = library
     question = "How do bees find flowers?"
-    assert ws.settings.top_k == 6 and ws.settings.retrieval_mode == "hybrid"
+    assert ws.settings.retrieval.top_k == 6 and ws.settings.retrieval.mode == "hybrid"
     config = ev.EvalConfig(mode="dense", threshold=0.99, top_k=2, alpha=0.3)
     events = list(RetrievalLab(ws).apply(config))
     assert events == []  # same chunking: nothing to re-index
-    assert (ws.settings.retrieval_mode, ws.settings.threshold, ws.settings.top_k,
-            ws.settings.fusion_alpha) == ("dense", 0.99, 2, 0.3)
+    assert (ws.settings.retrieval.mode, ws.settings.retrieval.threshold, ws.settings.retrieval.top_k,
+            ws.settings.retrieval.alpha) == ("dense", 0.99, 2, 0.3)
     assert ws.retriever.settings is ws.settings
     # a threshold no passage reaches: Chat now says it found nothing, without a model call
     chat = list(ws.ask(question))
@@ -62,13 +62,13 @@ def test_apply_to_chat_changes_what_chat_retrieves_and_survives_a_restart(librar
 
     fresh = reopen(ws, local_embedder)
     try:
-        assert fresh.settings.threshold == 0.99 and fresh.settings.top_k == 2
+        assert fresh.settings.retrieval.threshold == 0.99 and fresh.settings.retrieval.top_k == 2
         assert RetrievalLab(fresh).applied() == ev.EvalConfig(
             mode="dense", threshold=0.99, top_k=2, alpha=0.3,
-            chunk_target=ws.defaults.chunk_target, chunk_overlap=ws.defaults.chunk_overlap,
+            chunk_target=ws.defaults.retrieval.chunk_target, chunk_overlap=ws.defaults.retrieval.chunk_overlap,
             embedder=local_embedder.key,
         )
-        assert fresh.defaults.threshold is None  # the environment is untouched
+        assert fresh.defaults.retrieval.threshold is None  # the environment is untouched
         list(RetrievalLab(fresh).apply(ev.EvalConfig(mode="hybrid", threshold=0.0, top_k=1)))
         meta = next(iter(fresh.ask(question)))
         assert len(meta["sources"]) == 1
@@ -98,7 +98,7 @@ def test_apply_with_another_chunking_reindexes_every_document(library, local_emb
 def test_restoring_the_defaults(library):
     ws = library
     list(RetrievalLab(ws).apply(ev.EvalConfig(mode="lexical", top_k=3)))
-    assert ws.settings.retrieval_mode == "lexical"
+    assert ws.settings.retrieval.mode == "lexical"
     assert list(ws.apply_settings({})) == []
     assert ws.settings == ws.defaults
     assert ws.applied_settings() == {}
@@ -140,10 +140,11 @@ def test_the_fusion_weight_setting_orders_hybrid_results(library, local_embedder
     ws = Workspace(load_settings(env=env))
     ws.__dict__["embedder"] = local_embedder
     try:
-        assert ws.settings.fusion_alpha == 0.1
+        assert ws.settings.retrieval.alpha == 0.1
         cands = ws.retriever.candidates("millstones flour")
         expected = [r.chunk_id for r in cands.table(0.1)]
-        got = [r.chunk_id for r in ws.retriever.rank(cands, mode="hybrid", threshold=-1.0)]
+        got = [h.chunk_id for h in ws.retriever.retrieve(
+            cands, ws.retriever.config(mode="hybrid", threshold=-1.0), top_k=False)]
         assert got == expected
         assert [r.fused for r in cands.table(0.1)] != [r.fused for r in cands.table(None)]
     finally:
@@ -155,11 +156,11 @@ def test_settings_applied_elsewhere_reach_a_running_workspace(library, local_emb
     applies, the other's Chat retrieves with on its next question."""
     other = reopen(library, local_embedder)
     try:
-        assert other.retriever.settings.top_k == 6
+        assert other.retriever.settings.retrieval.top_k == 6
         list(RetrievalLab(library).apply(ev.EvalConfig(mode="dense", threshold=0.0, top_k=1)))
         meta = next(iter(other.ask("How do bees find flowers?")))
         assert len(meta["sources"]) == 1
         assert other.retriever.settings is other.settings
-        assert other.settings.top_k == 1 and other.settings.retrieval_mode == "dense"
+        assert other.settings.retrieval.top_k == 1 and other.settings.retrieval.mode == "dense"
     finally:
         other.close()

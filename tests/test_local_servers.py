@@ -93,7 +93,7 @@ def test_the_choice_is_remembered_per_library_and_switches_the_answerer(db_path,
     # "Apply to Chat" (retrieval settings) keeps it; another Workspace on the library sees it
     list(ws.apply_settings({"top_k": 4}))
     other = Workspace(settings, embedder=local_embedder)
-    assert other.answerer.name == "openai" and other.settings.top_k == 4
+    assert other.answerer.name == "openai" and other.settings.retrieval.top_k == 4
     other.use_local_model(None)
     assert ws.local_model() is None and ws.answerer.name == "extractive"
     other.close()

@@ -237,12 +237,12 @@ def test_applied_settings_reach_every_workspace_on_postgres(pg_database, local_e
     for ws in (first, second):
         ws.__dict__["embedder"] = local_embedder
     try:
-        assert second.settings.top_k == 5
+        assert second.settings.retrieval.top_k == 5
         list(first.apply_settings({"top_k": 3, "retrieval_mode": "lexical"}))
-        assert first.settings.top_k == 3 and first.applied_settings()["top_k"] == 3
-        assert (second.settings.top_k, second.settings.retrieval_mode) == (3, "lexical")
+        assert first.settings.retrieval.top_k == 3 and first.applied_settings()["top_k"] == 3
+        assert (second.settings.retrieval.top_k, second.settings.retrieval.mode) == (3, "lexical")
         list(second.apply_settings({}))  # back to the defaults
-        assert first.settings.top_k == 5
+        assert first.settings.retrieval.top_k == 5
     finally:
         first.close()
         second.close()

@@ -11,6 +11,8 @@ import pytest
 from marginalia_core.store import question_sets as qs
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet, QuestionSets
 
+pytestmark = pytest.mark.both_backends
+
 
 @pytest.fixture
 def sets(store) -> QuestionSets:

@@ -17,6 +17,8 @@ from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.store.migrations import applied, migrate, registered
 from marginalia_core.store.sqlite import Store
 
+pytestmark = pytest.mark.both_backends
+
 try:
     import psycopg
 

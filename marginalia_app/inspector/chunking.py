@@ -27,13 +27,13 @@ def show(ws: Workspace, c: Controls) -> None:
     cols = st.columns([1, 1, 2], vertical_alignment="bottom")
     d_target = int(cols[0].number_input(
         "Passage size (characters)", min_value=100, max_value=20_000, step=100,
-        value=int(doc["chunk_target"] or settings.chunk_target), key=f"lab-target-{doc_id}",
+        value=int(doc["chunk_target"] or settings.retrieval.chunk_target), key=f"lab-target-{doc_id}",
         help="Chunk TARGET",
     ))
     d_overlap = int(cols[1].number_input(
         "Overlap (characters)", min_value=0, max_value=10_000, step=50,
         value=int(doc["chunk_overlap"] if doc["chunk_overlap"] is not None
-                  else settings.chunk_overlap),
+                  else settings.retrieval.chunk_overlap),
         key=f"lab-overlap-{doc_id}", help="Chunk OVERLAP",
     ))
     preview_ = ws.chunk_preview(doc_id, target=d_target, overlap=d_overlap)

@@ -66,7 +66,7 @@ def draw(ws: Workspace) -> Controls:
     with cols[4]:
         target = int(st.number_input(
             "Passage size", min_value=100, max_value=20_000, step=100,
-            key=keep("inspector_target", int(applied.chunk_target or settings.chunk_target)),
+            key=keep("inspector_target", int(applied.chunk_target or settings.retrieval.chunk_target)),
             help="Characters per passage when documents are split (chunk TARGET).",
         ))
     with cols[5]:
@@ -74,7 +74,7 @@ def draw(ws: Workspace) -> Controls:
             "Overlap", min_value=0, max_value=10_000, step=50,
             key=keep("inspector_overlap",
                      int(applied.chunk_overlap if applied.chunk_overlap is not None
-                         else settings.chunk_overlap)),
+                         else settings.retrieval.chunk_overlap)),
             help="Characters shared by neighbouring passages (chunk OVERLAP).",
         ))
     remember()

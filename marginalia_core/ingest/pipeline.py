@@ -11,8 +11,8 @@ import hashlib
 import logging
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +21,14 @@ import numpy as np
 from marginalia_core import events
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, TooLargeError
+from marginalia_core.ingest import formats, web
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.ingest.extraction import Extracted, extract
+from marginalia_core.ingest.extraction import Extracted, Unit
+from marginalia_core.ingest.formats import extract
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.base import LibraryStore
 
 log = logging.getLogger(__name__)
-
-# Files whose original bytes are kept with the document: the margin shows their cited pages.
-KEEP_ORIGINAL_MIMES = frozenset({"application/pdf"})
 
 
 class _Abandoned(Exception):
@@ -198,6 +197,7 @@ def _index_text(
     overlap: int,
     checkpoint: Checkpoint | None = None,
     early: _EarlyEmbeddings | None = None,
+    units: Sequence[Unit] = (),
     **document: Any,
 ) -> Generator[events.IngestEvent, None, dict[str, Any]]:
     """chunk -> embed -> store, yielding stage events; returns the stored document row.
@@ -207,7 +207,9 @@ def _index_text(
     ``Store.add_document`` fields (mime, size, hash, ...).
     """
     yield events.stage("chunking", name, characters=len(text))
-    chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
+    kind = formats.by_mime(document.get("mime")).location
+    chunks = [replace(c, location=formats.location_label(kind, units, c.page_start, c.page_end))
+              for c in chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)]
     yield events.stage("chunking", name, chunks=len(chunks))
     if checkpoint is not None:
         checkpoint()
@@ -246,6 +248,7 @@ def _index_text(
         chunk_overlap=overlap,
         text=text,
         page_starts=page_starts,
+        locations=formats.encode_units(units),
         **document,
     )
 
@@ -260,13 +263,19 @@ def ingest_bytes(
     mime: str | None = None,
     password: str | None = None,
     checkpoint: Checkpoint | None = None,
+    source_url: str | None = None,
+    fetched_at: str | None = None,
+    replace_id: str | None = None,
 ) -> Iterator[events.IngestEvent]:
     """Index one file's bytes; yields ``stage`` events then ``done`` or ``error``.
 
     A PDF reports ``extracting`` with ``done``/``total`` pages as it is read. ``checkpoint`` (see
     :data:`Checkpoint`) lets a job be cancelled between pages and between embedding batches.
+    A fetched web page gives its ``source_url`` (its name, and kept with it), ``fetched_at``
+    and its ``mime`` (authoritative); ``replace_id`` replaces that document (a refresh).
     """
-    name = safe_name(name)
+    name = safe_name(name) if source_url is None else safe_url_name(source_url)
+    replacing = replace_id
     try:
         yield events.stage("extracting", name)
         if checkpoint is not None:
@@ -275,7 +284,11 @@ def ingest_bytes(
             raise TooLargeError(too_large_message(name, settings))
         digest = content_hash(data)
         existing = store.find_by_hash(digest)
-        replace_id = None
+        replace_id = replacing
+        if existing and replacing and existing["id"] == replacing and source_url:
+            yield events.done(document=existing, duplicate=True, file=name,
+                              message=f"{name} has not changed since it was added.")
+            return
         if existing:
             if (existing["embed_model"], existing["embed_dim"]) == (
                 embedder.model,
@@ -285,13 +298,13 @@ def ingest_bytes(
                                   message=f"{name} is already indexed as {existing['name']}.")
                 return
             replace_id = existing["id"]  # indexed by another embedder: re-index in place
-        early = (_EarlyEmbeddings(embedder, settings.chunk_target, settings.chunk_overlap)
+        early = (_EarlyEmbeddings(embedder, settings.retrieval.chunk_target, settings.retrieval.chunk_overlap)
                  if settings.embed_while_reading else None)
         try:
             extracted = yield from _extract_with_progress(
                 name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
                 checkpoint=checkpoint, on_text=early.add_page if early else None,
-                ocr=settings.ocr,
+                ocr=settings.ocr, declared_mime=mime if source_url else None,
             )
             doc = yield from _index_text(
                 store,
@@ -299,15 +312,19 @@ def ingest_bytes(
                 name=name,
                 text=extracted.text,
                 page_starts=extracted.page_starts,
-                target=settings.chunk_target,
-                overlap=settings.chunk_overlap,
+                target=settings.retrieval.chunk_target,
+                overlap=settings.retrieval.chunk_overlap,
                 mime=extracted.mime,
                 size=len(data),
                 content_hash=digest,
                 page_count=extracted.page_count,
                 replace_id=replace_id,
-                original=data if extracted.mime in KEEP_ORIGINAL_MIMES else None,
+                document_id=replacing,
+                original=data if formats.by_mime(extracted.mime).keep_original else None,
                 ocr_pages=extracted.ocr_pages,
+                units=extracted.units,
+                source_url=source_url,
+                fetched_at=fetched_at,
                 checkpoint=checkpoint,
                 early=early,
             )
@@ -439,10 +456,10 @@ def reindex_document(
         text, page_starts = store.document_source(document_id)
         original = store.document_file(document_id)  # replaced with the document: carry it over
         # unless told otherwise, a document keeps the chunking it was indexed with
-        target = target or doc.get("chunk_target") or settings.chunk_target
+        target = target or doc.get("chunk_target") or settings.retrieval.chunk_target
         if overlap is None:
             kept = doc.get("chunk_overlap")
-            overlap = settings.chunk_overlap if kept is None else kept
+            overlap = settings.retrieval.chunk_overlap if kept is None else kept
         new = yield from _index_text(
             store,
             embedder,
@@ -459,6 +476,9 @@ def reindex_document(
             document_id=document_id,
             original=original,
             ocr_pages=doc.get("ocr_pages") or (),
+            units=formats.decode_units(doc.get("locations"), doc["page_count"]),
+            source_url=doc.get("source_url"),
+            fetched_at=doc.get("fetched_at"),
         )
         yield events.done(document=new, duplicate=False, file=name, reindexed=True)
     except MarginaliaError as exc:
@@ -480,6 +500,51 @@ def too_large_message(name: str, settings: Settings) -> str:
 
 
 MAX_NAME_CHARS = 200
+
+
+def ingest_url(
+    store: LibraryStore,
+    embedder: Embedder,
+    settings: Settings,
+    url: str,
+    *,
+    replace_id: str | None = None,
+) -> Iterator[events.IngestEvent]:
+    """Fetch a web page (only on this explicit request) and index it under its final URL:
+    ``stage`` ``fetching``, then as :func:`ingest_bytes`. ``replace_id``: a refresh of that
+    document (an unchanged page is reported as such and left alone)."""
+    shown = safe_url_name(web.display_url(url.strip()))
+    try:
+        yield events.stage("fetching", shown)
+        page = web.fetch(url, max_bytes=min(settings.max_upload_bytes, web.MAX_PAGE_BYTES))
+    except MarginaliaError as exc:
+        yield events.error(exc.message, exc.reason, file=shown)
+        return
+    yield from ingest_bytes(store, embedder, settings, page.url, page.data, mime=page.mime,
+                            source_url=page.url, fetched_at=page.fetched_at,
+                            replace_id=replace_id)
+
+
+def refresh_document(
+    store: LibraryStore, embedder: Embedder, settings: Settings, document_id: str
+) -> Iterator[events.IngestEvent]:
+    """Fetch a web page document's address again and replace it if its content changed."""
+    try:
+        doc = store.get_document(document_id)
+    except MarginaliaError as exc:
+        yield events.error(exc.message, exc.reason, document_id=document_id)
+        return
+    if not doc.get("source_url"):
+        yield events.error(f"{doc['name']} was not added from a web address; there is nothing "
+                           "to refresh.", "invalid_input", document_id=document_id)
+        return
+    yield from ingest_url(store, embedder, settings, doc["source_url"], replace_id=document_id)
+
+
+def safe_url_name(url: str) -> str:
+    """A web page's display name: its address, printable and bounded."""
+    cleaned = "".join(ch if ch.isprintable() else "_" for ch in url).strip() or "web page"
+    return cleaned if len(cleaned) <= MAX_NAME_CHARS else cleaned[: MAX_NAME_CHARS - 1] + "…"
 
 
 def safe_name(name: str) -> str:

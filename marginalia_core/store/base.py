@@ -38,6 +38,8 @@ class ChunkRecord(Protocol):
     def page_start(self) -> int: ...
     @property
     def page_end(self) -> int: ...
+    @property
+    def location(self) -> str: ...
 
 
 @runtime_checkable
@@ -105,6 +107,9 @@ class LibraryStore(LexicalSource, Protocol):
         document_id: str | None = None,
         original: bytes | None = None,
         ocr_pages: Sequence[int] = (),
+        locations: str = "[]",
+        source_url: str | None = None,
+        fetched_at: str | None = None,
     ) -> dict[str, Any]: ...
 
     def document_file(self, document_id: str) -> bytes | None: ...

@@ -33,7 +33,7 @@ from marginalia_core.errors import NotFoundError
 from marginalia_core.store.base import ChunkRecord
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
-from marginalia_core.store.migrations import run_statements
+from marginalia_core.store.migrations import DOCUMENT_SOURCE_STATEMENTS, run_statements
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -270,6 +270,12 @@ def p005_fold_diacritics(conn: psycopg.Connection) -> None:
 def p006_message_support(conn: psycopg.Connection) -> None:
     """SQLite's m013: an answer's per-sentence citation check, JSON text (NULL: unchecked)."""
     conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
+
+@pg_migration
+def p010_document_source(conn: psycopg.Connection) -> None:
+    """m018_document_source: locations of documents without pages, a web page's source."""
+    run_statements(conn, *DOCUMENT_SOURCE_STATEMENTS)
 
 
 @pg_migration
@@ -523,6 +529,9 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         document_id: str | None = None,
         original: bytes | None = None,
         ocr_pages: Sequence[int] = (),
+        locations: str = "[]",
+        source_url: str | None = None,
+        fetched_at: str | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction (``replace_id``
         is deleted in the same one, so readers see the old version or the new, never neither;
@@ -546,6 +555,9 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             "chunk_overlap": int(chunk_overlap),
             "created": now_iso(),
             "ocr_pages": [int(p) for p in ocr_pages],
+            "locations": locations,
+            "source_url": source_url,
+            "fetched_at": fetched_at,
         }
         key = embedder_key(embed_model, embed_dim)
         vectors = np.asarray(embeddings, dtype=VECTOR_DTYPE).reshape(len(chunks), int(embed_dim))
@@ -563,7 +575,8 @@ class PostgresStore(JobTable, LibrarySettingsTable):
                 f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts) VALUES "
                 "(%(id)s, %(name)s, %(mime)s, %(size)s, %(chunk_count)s, %(page_count)s, "
                 "%(content_hash)s, %(embed_model)s, %(embed_dim)s, %(chunk_target)s, "
-                "%(chunk_overlap)s, %(created)s, %(ocr_pages)s, %(text)s, %(page_starts)s)",
+                "%(chunk_overlap)s, %(created)s, %(ocr_pages)s, %(locations)s, %(source_url)s, "
+                "%(fetched_at)s, %(text)s, %(page_starts)s)",
                 {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
                  "ocr_pages": json.dumps(doc["ocr_pages"])},
             )
@@ -575,8 +588,8 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             self._copy_chunks(
                 raw,
                 (
-                    (doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end, key,
-                     vectors[i])
+                    (doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
+                     getattr(c, "location", ""), key, vectors[i])
                     for i, c in enumerate(chunks)
                 ),
             )
@@ -587,8 +600,9 @@ class PostgresStore(JobTable, LibrarySettingsTable):
     def _copy_chunks(raw: psycopg.Connection, rows: Any, *, with_ids: bool = False) -> int:
         """COPY chunk rows in (binary: vectors travel as pgvector's own format)."""
         cols = ["document_id", "idx", "content", "start", '"end"', "page_start", "page_end",
-                "embedder", "embedding"]
-        types = ["text", "int4", "text", "int4", "int4", "int4", "int4", "text", "vector"]
+                "location", "embedder", "embedding"]
+        types = ["text", "int4", "text", "int4", "int4", "int4", "int4", "text", "text",
+                 "vector"]
         if with_ids:
             cols, types = ["id", *cols], ["int8", *types]
         n = 0
@@ -784,7 +798,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             return {}
         rows = self._dicts(
             'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
-            "c.page_end, d.name AS document_name, d.mime, d.ocr_pages FROM chunks c "
+            "c.page_end, c.location, d.name AS document_name, d.mime, d.ocr_pages FROM chunks c "
             "JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(%s)",
             (ids,),
         )
@@ -863,7 +877,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
         return self._dicts(
-            'SELECT id, idx, content, start, "end", page_start, page_end FROM chunks '
+            'SELECT id, idx, content, start, "end", page_start, page_end, location FROM chunks '
             "WHERE document_id = %s ORDER BY idx",
             (document_id,),
         )
@@ -1208,8 +1222,8 @@ def import_sqlite(source: Any, target: PostgresStore, *, sample: int = VECTOR_SA
                 ):
                     dims[doc_id] = (embedder_key(model, dim), int(dim))
         cur = src.execute(
-            'SELECT id, document_id, idx, content, start, "end", page_start, page_end, embedding '
-            "FROM chunks ORDER BY id"
+            'SELECT id, document_id, idx, content, start, "end", page_start, page_end, location, '
+            "embedding FROM chunks ORDER BY id"
         )
 
         def rows() -> Iterator[tuple]:

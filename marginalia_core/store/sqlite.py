@@ -167,6 +167,9 @@ class Store(JobTable, LibrarySettingsTable):
         document_id: str | None = None,
         original: bytes | None = None,
         ocr_pages: Sequence[int] = (),
+        locations: str = "[]",
+        source_url: str | None = None,
+        fetched_at: str | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction.
 
@@ -193,11 +196,14 @@ class Store(JobTable, LibrarySettingsTable):
             "chunk_overlap": int(chunk_overlap),
             "created": now_iso(),
             "ocr_pages": [int(p) for p in ocr_pages],
+            "locations": locations,
+            "source_url": source_url,
+            "fetched_at": fetched_at,
         }
         rows = [
             (
                 doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
-                vector_to_blob(embeddings[i]),
+                getattr(c, "location", ""), vector_to_blob(embeddings[i]),
             )
             for i, c in enumerate(chunks)
         ]
@@ -210,13 +216,13 @@ class Store(JobTable, LibrarySettingsTable):
                 f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts) VALUES "
                 "(:id, :name, :mime, :size, :chunk_count, :page_count, :content_hash, "
                 ":embed_model, :embed_dim, :chunk_target, :chunk_overlap, :created, "
-                ":ocr_pages, :text, :page_starts)",
+                ":ocr_pages, :locations, :source_url, :fetched_at, :text, :page_starts)",
                 {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
                  "ocr_pages": json.dumps(doc["ocr_pages"])},
             )
             conn.executemany(
                 'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
-                "page_end, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "page_end, location, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
             if original is not None:
@@ -403,7 +409,8 @@ class Store(JobTable, LibrarySettingsTable):
             marks = ",".join("?" * len(part))
             rows = self.conn.execute(
                 'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
-                "c.page_end, d.name AS document_name, d.mime, d.ocr_pages FROM chunks c "
+                "c.page_end, c.location, d.name AS document_name, d.mime, d.ocr_pages "
+                "FROM chunks c "
                 f"JOIN documents d ON d.id = c.document_id WHERE c.id IN ({marks})",
                 part,
             ).fetchall()
@@ -416,7 +423,7 @@ class Store(JobTable, LibrarySettingsTable):
 
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
         rows = self.conn.execute(
-            'SELECT id, idx, content, start, "end", page_start, page_end FROM chunks '
+            'SELECT id, idx, content, start, "end", page_start, page_end, location FROM chunks '
             "WHERE document_id = ? ORDER BY idx",
             (document_id,),
         ).fetchall()
