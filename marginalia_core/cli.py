@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from marginalia_core import __version__, events
-from marginalia_core.citations import has_pages
 from marginalia_core.config import RETRIEVAL_MODES, load_settings, mask_url
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.web import is_web_address
@@ -274,7 +273,9 @@ def source_line(source: Mapping[str, Any], mime: str | None = None) -> str:
     guessed from the name once the document is gone)."""
     name = " ".join(str(source.get("document_name", "")).split())
     line = f"[{source.get('n')}] {name}"
-    paged = has_pages(mime) if mime else name.lower().endswith(".pdf")
+    from marginalia_core.ingest import formats
+
+    paged = formats.by_mime(mime).renders == "pdf" if mime else name.lower().endswith(".pdf")
     if source.get("location"):
         line += f", {' '.join(str(source['location']).split())}"
     elif paged and source.get("page"):
