@@ -87,7 +87,8 @@ def _check_contract(ingest: list[dict], asked: list[dict]) -> None:
     meta, *tokens, done = asked
     assert set(meta) == {"type", "conversationId", "title", "sources", "query", "documents"}
     assert set(meta["sources"][0]) == {"n", "chunkId", "documentId", "documentName", "idx",
-                                       "page", "pageEnd", "score", "excerpt", "content", "ocr"}
+                                       "page", "pageEnd", "score", "excerpt", "content", "ocr",
+                                       "location"}
     assert tokens and all(set(t) in ({"type", "text"}, {"type", "text", "cited"})
                           for t in tokens)
     assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations",
