@@ -332,6 +332,13 @@ def passage_display(content: str, mime: str | None) -> str:
     return fmt.display_text(content)
 
 
+def terms_html(content: str, mime: str | None, terms: Sequence[str]) -> str:
+    """A passage as what it is (as in the margin) with the query's ``terms`` highlighted."""
+    spans = fmt.term_spans(passage_display(content, mime), terms) if terms else []
+    body = markdown_html(content, spans) if is_markdown(mime) else text_html(content, spans)
+    return f'<div class="mg-passage">{body}</div>'
+
+
 def passage_html(content: str, mime: str | None, sentences: Sequence[str] = ()) -> tuple[str, bool]:
     """(HTML of a passage as what it is, whether a cited sentence was found and highlighted)."""
     spans = fmt.highlight_spans(passage_display(content, mime), sentences) if sentences else []

@@ -110,6 +110,10 @@ button.mg-pageview:hover { background: rgba(28, 131, 225, 0.1); }
 .mg-zoom img.mg-z200 { width: 200%; } .mg-zoom img.mg-z300 { width: 300%; }
 a.mg-openpdf { font-size: 0.95rem; }
 .mg-page-img { width: 100%; border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.3rem; }
+/* the Inspector: a ticked candidate's whole passage opens under its checkbox */
+details.lab-whole { margin: -0.4rem 0 0.4rem 1.9rem; }
+details.lab-whole summary { cursor: pointer; font-size: 0.85rem; color: rgb(0, 84, 163); }
+details.lab-whole .mg-passage { padding: 0.3rem 0.6rem; border-left: 3px solid rgba(47, 125, 109, 0.5); }
 .mg-gone { margin-left: 0.5rem; font-size: 0.75rem; font-weight: 600; padding: 0 0.35rem;
   border-radius: 0.4rem; background: rgba(255, 75, 75, 0.12); color: rgb(163, 28, 28); }
 /* "Show the source" under an answer: only where the margin is below the answer (a phone) */

@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", choices=["threshold", "weight", "chunks"], help="run a sweep")
     p.add_argument("--target", type=int, help="passage size in characters (scratch index)")
     p.add_argument("--overlap", type=int, help="passage overlap in characters (scratch index)")
+    p.add_argument("--answers", action="store_true",
+                   help="also answer every question and measure the answers (containment, "
+                   "refusals, citation precision/recall) against the set's expected answers")
     p.add_argument("--format", choices=["ndjson", "table"], default="ndjson")
     _common(p)
 
@@ -450,6 +453,8 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
                        "chunks": p.chunks, "embedded_now": p.embedded_now,
                        "metrics": p.result.metrics}, out)
         return EXIT_OK
+    if args.answers:
+        return _eval_answers(lab, args, cfg, out)
     if args.compare:
         cmp = lab.compare(args.set, cfg, args.compare)
         if table:
@@ -475,6 +480,41 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
             _emit({"type": "question", **asdict(q)}, out)
         _emit({"type": "metrics", "set": result.set_name, "config": result.config.to_dict(),
                "threshold": result.threshold, "metrics": result.metrics}, out)
+    return EXIT_OK
+
+
+def answer_figures(result: Any) -> list[tuple[str, float | None]]:
+    """The figures of an answer evaluation, as the lab page shows them: the answer metrics,
+    then the retrieval metrics of the same run."""
+    from marginalia_core.chat.answer_metrics import ANSWER_METRICS
+
+    return ([(k, result.metrics[k]) for k in ANSWER_METRICS]
+            + [(k, v) for k, v in result.retrieval.metrics.items() if k != "questions"])
+
+
+def _eval_answers(lab: RetrievalLab, args: argparse.Namespace, cfg: Any, out: TextIO) -> int:
+    runs = [("A (this)", lab.evaluate_answers(args.set, cfg))]
+    if args.compare:
+        runs.append((f"B ({args.compare})",
+                     lab.evaluate_answers(args.set, lab.config(args.compare))))
+    if args.format == "table":
+        for name, result in runs:
+            out.write(f"{name}: answered by {result.answerer}\n")
+            out.write(_table([[a.question_id, a.expected[:30], a.refused, a.contains,
+                               a.first_contains, a.citation_precision, a.citation_recall]
+                              for a in result.answers],
+                             ["question", "expected", "refused", "contains", "first sentence",
+                              "cit. precision", "cit. recall"]))
+        figures = [answer_figures(r) for _, r in runs]
+        out.write(_table([[k, *[dict(f)[k] for f in figures]] for k, _ in figures[0]],
+                         ["metric", *[n for n, _ in runs]]))
+        return EXIT_OK
+    for name, result in runs:
+        for a in result.answers:
+            _emit({"type": "answer", "run": name, **a.to_dict()}, out)
+        _emit({"type": "answer_metrics", "run": name, "set": result.set_name,
+               "config": result.config.to_dict(), "answerer": result.answerer,
+               "metrics": dict(answer_figures(result))}, out)
     return EXIT_OK
 
 

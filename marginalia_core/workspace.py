@@ -28,6 +28,7 @@ from marginalia_core.store.base import LibraryStore
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
+    from marginalia_core.lab import Tuning
     from marginalia_core.providers.answerers.base import Answerer
     from marginalia_core.providers.local_servers import LocalServer
 
@@ -179,6 +180,14 @@ class Workspace:
         from marginalia_core.chat.engine import ChatEngine
 
         return ChatEngine(self.store, self.retriever, self.answerer, self.settings)
+
+    def retrieval_tuning(self) -> Tuning:
+        """Whether Chat retrieves with settings applied in the Inspector rather than the
+        defaults, and the saved configuration they match (Chat's "tuned settings" note)."""
+        from marginalia_core.lab import RetrievalLab
+
+        self.settings  # noqa: B018 - picks up settings applied elsewhere
+        return RetrievalLab(self).tuning()
 
     def mode_summary(self) -> dict[str, str]:
         """What the UI and CLI show as the active mode; never includes a key.

@@ -333,6 +333,12 @@ def m018_document_source(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m016_question_answers(conn: sqlite3.Connection) -> None:
+    """A question's expected answer (empty: none given), for the lab's answer metrics."""
+    conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")
+
+
+@migration
 def m014_message_status(conn: sqlite3.Connection) -> None:
     """An answer's status: ``complete``, or ``stopped`` when the reader pressed Stop (what was
     said so far is kept with its question, marked as such)."""

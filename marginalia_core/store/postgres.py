@@ -279,6 +279,12 @@ def p010_document_source(conn: psycopg.Connection) -> None:
 
 
 @pg_migration
+def p011_question_answers(conn: psycopg.Connection) -> None:
+    """SQLite's m016: a question's expected answer (empty: none given)."""
+    conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")
+
+
+@pg_migration
 def p007_message_status(conn: psycopg.Connection) -> None:
     """An answer's status: ``complete``, or ``stopped`` (the reader pressed Stop)."""
     conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
