@@ -139,7 +139,7 @@ class Workspace:
         get_reranker_class(merged.retrieval.reranker)  # an unknown name is refused here
         self.store.save_library_settings(kept)
         self._mark = self._applied_mark()
-        self._use(merged)
+        self._use(with_local_model(merged, self.local_model()))  # the sidebar's choice stays
         config = merged.retrieval
         target, overlap = config.chunk_target, effective_overlap(
             config.chunk_target, config.chunk_overlap)
@@ -490,7 +490,7 @@ class Workspace:
         those; an unknown id is refused with ``NotFoundError``)."""
         if mode is not None and mode not in RETRIEVAL_MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(RETRIEVAL_MODES)}")
-        scope = self.chat.checked_documents(list(documents or ()))
+        scope = self.chat.checked_documents(list(documents)) if documents else None
         hits = self.search(query, k=k, mode=mode, documents=scope)
         return {
             "type": "hits",

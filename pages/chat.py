@@ -28,6 +28,7 @@ from marginalia_app.shell import DOCUMENTS_PAGE, INSPECTOR_PAGE, answer_desk, pa
 from marginalia_core.chat.desk import FAILED, QUEUED, RUNNING, AnswerRun
 from marginalia_core.citations import cited
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.providers.answerers.extractive import is_refusal
 from marginalia_core.providers.answerers.prompting import NO_SOURCES_ANSWER
 
 ws = page()
@@ -76,6 +77,13 @@ def _on_scope(cid: str | None) -> None:
 
 def _queue(question: str) -> None:
     state["queued_question"] = question
+
+
+def _search_everywhere(cid: str, question: str) -> None:
+    """A scoped conversation's question its documents could not answer: ask it over all."""
+    ws.set_conversation_documents(cid, None)
+    state[_scope_key(cid)] = []
+    _queue(question)
 
 
 def _run_samples() -> None:
@@ -273,11 +281,9 @@ def _setting_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def render_answer_block(message: dict[str, Any], question: str = "",
-                        scoped_cid: str | None = None) -> None:
+def render_answer_block(message: dict[str, Any], asked: str | None = None) -> None:
     """A saved answer: its text with linked marks, notes, and the pills of its sources.
-    ``scoped_cid``: the conversation, when it searches only some documents and this is its
-    last answer (a no-match then offers to search all of them)."""
+    ``asked``: its question, for the last answer (a scoped refusal offers all documents)."""
     sources = message.get("sources") or []
     numbers = [s["n"] for s in sources]
     scope = _scope()
@@ -297,15 +303,17 @@ def render_answer_block(message: dict[str, Any], question: str = "",
             f":red[:material/warning:] {listed} in this answer "
             f"{'does' if len(invalid) == 1 else 'do'} not match any retrieved passage."
         )
+    scoped_cid = state.get("cid")
+    if asked and scoped_cid and is_refusal(message["content"]) and ws.conversation_documents(
+            scoped_cid):
+        st.button("Search all documents", key=f"everywhere-{message['id']}",
+                  icon=":material/travel_explore:", on_click=_search_everywhere,
+                  args=(scoped_cid, asked),
+                  help="This conversation searches only some documents: ask this again over "
+                  "all of them.")
     if not sources and message["content"] == NO_SOURCES_ANSWER:
-        if scoped_cid and question:
-            st.caption("This conversation searches only some documents.")
-            st.button("Search all documents", key=f"search-all-{message['id']}",
-                      icon=":material/travel_explore:", type="primary",
-                      on_click=_search_all, args=(scoped_cid, question))
-        else:
-            st.page_link(INSPECTOR_PAGE, label="Open the retrieval settings Chat uses",
-                         icon=":material/tune:")
+        st.page_link(INSPECTOR_PAGE, label="Open the retrieval settings Chat uses",
+                     icon=":material/tune:")
     if sources:
         by_n = {s["n"]: s for s in sources}
         mimes = _mimes()
@@ -439,14 +447,6 @@ def _stop(run_id: str) -> None:
 
 def _dismiss(cid: str) -> None:
     desk.dismiss(cid)
-
-
-def _search_all(cid: str, question: str) -> None:
-    """A scoped question found nothing: ask it again over every document."""
-    state[_scope_key(cid)] = []
-    if ws.has_conversation(cid):
-        ws.set_conversation_documents(cid, None)
-    desk.submit(_asker, question, cid, documents=[])
 
 
 # --------------------------------------------------------------------------- the address
@@ -587,15 +587,14 @@ if tuned and library:
 left, right = st.columns([3, 2], gap="large")
 
 with left:
-    scoped = bool(stored and cid and ws.conversation_documents(cid))
     for i, message in enumerate(messages):
         with st.chat_message(message["role"]):
             if message["role"] == "user":
                 st.markdown(fmt.escape_multiline(message["content"]))
-            else:
-                asked = messages[i - 1]["content"] if i else ""
-                last = i == len(messages) - 1 and not runs
-                render_answer_block(message, asked, cid if scoped and last else None)
+            else:  # the last answer, when refused, offers to search all documents
+                last = (i == len(messages) - 1 and not runs and i
+                        and messages[i - 1]["role"] == "user")
+                render_answer_block(message, messages[i - 1]["content"] if last else None)
     slot = None
     for run in runs:
         with st.chat_message("user"):
