@@ -225,7 +225,7 @@ if web_pages:
         for doc in web_pages:
             line = st.container(horizontal=True, vertical_alignment="center")
             line.markdown(f"{fmt.escape_inline(doc['source_url'], 90)}  \n"
-                          f":gray[fetched {fmt.escape_inline(doc.get('fetched_at') or '', 40)}]")
+                          f":gray[fetched {fmt.format_created(doc.get('fetched_at'))}]")
             if line.button("Refresh", key=f"refresh-{doc['id']}", icon=":material/refresh:"):
                 state["upload_results"] = [watch(doc["name"], ws.refresh(doc["id"]),
                                                  doc["name"])]
