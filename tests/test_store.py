@@ -137,6 +137,12 @@ def test_conversations_order_and_cascade(store):
     ).fetchone()[0] == 0
 
 
+def test_an_answer_keeps_its_status_stopped_or_complete(store):
+    store.add_exchange("c1", "title", "q1", "a1", [])
+    store.add_exchange("c1", "title", "q2", "the start of", [], status="stopped")
+    assert [m["status"] for m in store.messages("c1")] == ["complete"] * 3 + ["stopped"]
+
+
 def test_add_exchange_creates_conversation_atomically(store):
     store.add_exchange("c1", "title", "q", "a", [])
     assert store.get_conversation("c1")["title"] == "title"
