@@ -48,6 +48,8 @@ ENDED = ("done", "refused", "cancelled", "failed")
 FAILURE_REASONS = frozenset({"internal", "embedding", "auth"})
 # refusals a person can fix by giving a password; the upload is kept for that retry
 PASSWORD_REASONS = frozenset({"encrypted", "wrong_password"})
+# a near-duplicate of an indexed document: kept so a person can choose to replace that one
+CHOICE_REASONS = frozenset({"near_duplicate"})
 # the idle worker looks for jobs queued by other processes (and dead peers) this often
 POLL_SECONDS = 1.0
 # progress is written at most this often (and on every stage change): cheap, and fresh enough
@@ -86,6 +88,8 @@ def _parse(stamp: str | None) -> datetime | None:
 # Job id -> password of an encrypted PDF, in this process's memory only (never the database):
 # the page that takes the password and the worker that opens the PDF hold different queues.
 _PASSWORDS: dict[str, str] = {}
+# Jobs a person told to replace the document their text nearly duplicates (this process).
+_REPLACING: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,11 @@ class Job:
         return self.status == "refused" and self.reason in PASSWORD_REASONS and self.has_data
 
     @property
+    def offers_replace(self) -> bool:
+        """Refused as a near-duplicate of ``document_id``, upload kept: it may replace it."""
+        return self.status == "refused" and self.reason in CHOICE_REASONS and self.has_data
+
+    @property
     def fraction(self) -> float:
         """How much of the work is done, 0..1 (pages read, then passages embedded)."""
         if self.status in ENDED:
@@ -172,7 +181,8 @@ class Job:
             return IngestOutcome(self.name, state, message=self.message,
                                  chunks=self.chunks_total, pages=self.pages_total or 1,
                                  document_id=self.document_id, mime=mime)
-        return IngestOutcome(self.name, "refused", self.reason or self.status, self.message)
+        return IngestOutcome(self.name, "refused", self.reason or self.status, self.message,
+                             document_id=self.document_id)
 
     @classmethod
     def from_row(cls, row: Any) -> Job:
@@ -332,9 +342,12 @@ class JobQueue:
         self._notify()
         return bool(dropped)
 
-    def resume(self, job_id: str | None = None, *, password: str | None = None) -> list[Job]:
-        """Queue again an interrupted job (or, without ``job_id``, every interrupted job), or a
-        refused encrypted PDF with a ``password``. Returns the jobs queued."""
+    def resume(
+        self, job_id: str | None = None, *, password: str | None = None, replace: bool = False
+    ) -> list[Job]:
+        """Queue again an interrupted job (or, without ``job_id``, every interrupted job), a
+        refused encrypted PDF with a ``password``, or with ``replace`` a near-duplicate that
+        is to replace the document it matches. Returns the jobs queued."""
         with self.store.write() as conn:
             if job_id is None:
                 rows = conn.execute(
@@ -351,11 +364,14 @@ class JobQueue:
                     "message = '', cancel_requested = 0, owner = NULL, started = NULL, "
                     "finished = NULL WHERE id = ? AND data IS NOT NULL AND (status = "
                     "'interrupted' OR (status = 'refused' AND reason IN ('encrypted', "
-                    "'wrong_password')))",
-                    (jid,),
+                    "'wrong_password')) OR (status = 'refused' AND reason = 'near_duplicate' "
+                    "AND ? = 1))",
+                    (jid, int(replace)),
                 ).rowcount
                 if changed:
                     queued.append(jid)
+                    if replace:
+                        _REPLACING.add(jid)
                     if password:  # before the commit: a worker may claim the job at once
                         self._passwords[jid] = password
         self._notify()
@@ -439,6 +455,10 @@ class JobQueue:
             return
         name, mime, data = row["name"], row["mime"], bytes(row["data"])
         password = self._passwords.pop(job_id, None)
+        settings = self.settings
+        if job_id in _REPLACING:
+            _REPLACING.discard(job_id)
+            settings = settings.with_overrides(on_duplicate="replace")
         progress = _Progress(self.store, job_id)
 
         def checkpoint() -> None:
@@ -450,7 +470,7 @@ class JobQueue:
         end: events.IngestEvent | None = None
         try:
             stream = ingest_bytes(
-                self.store, self._embedder(), self.settings, name, data, mime=mime,
+                self.store, self._embedder(), settings, name, data, mime=mime,
                 password=password, checkpoint=checkpoint,
             )
             for event in stream:
@@ -568,7 +588,8 @@ class _Progress:
                           message=end.get("message", ""))
         else:
             reason = end.get("reason")
-            values.update(reason=reason, message=end.get("message", ""))
+            values.update(reason=reason, message=end.get("message", ""),
+                          document_id=end.get("existing_id"))
             if reason == "cancelled":
                 status = "cancelled"
             elif reason == "interrupted":
@@ -577,7 +598,7 @@ class _Progress:
                 status = "failed"
             else:
                 status = "refused"
-                keep = reason in PASSWORD_REASONS
+                keep = reason in PASSWORD_REASONS | CHOICE_REASONS
         with self.store.write() as conn:
             conn.execute(
                 "UPDATE ingest_jobs SET status = :status, stage = :stage, "

@@ -12,7 +12,7 @@ import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,15 +23,22 @@ import sqlite_utils
 
 from marginalia_core.errors import NotFoundError
 from marginalia_core.store.base import ChunkRecord
+from marginalia_core.store.fingerprint import (
+    NEAR_DUPLICATE_SHARE,
+    Fingerprint,
+    fingerprint,
+    shared_share,
+)
 from marginalia_core.store.migrations import migrate
 
 BUSY_TIMEOUT_MS = 30_000
 VECTOR_DTYPE = np.dtype("<f4")  # float32 little-endian, as SPEC.md stores them
 LOAD_PAGE_ROWS = 4096
+CACHE_LOOKUP_ROWS = 500  # text hashes per embedding-cache query
 
 DOCUMENT_COLUMNS = (
     "id, name, mime, size, chunk_count, page_count, content_hash, embed_model, embed_dim, "
-    "chunk_target, chunk_overlap, created, ocr_pages"
+    "chunk_target, chunk_overlap, created, ocr_pages, parse_health"
 )
 
 
@@ -52,6 +59,7 @@ def _document(row: sqlite3.Row) -> dict[str, Any]:
     """A documents row as a dict; ``ocr_pages`` decoded to its list of page numbers."""
     doc = dict(row)
     doc["ocr_pages"] = json.loads(doc.get("ocr_pages") or "[]")
+    doc["parse_health"] = json.loads(doc.get("parse_health") or "{}")
     return doc
 
 
@@ -254,8 +262,12 @@ class Store:
         document_id: str | None = None,
         original: bytes | None = None,
         ocr_pages: Sequence[int] = (),
+        parse_health: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction.
+
+        Its fingerprint (``store.fingerprint``) goes with it, for near-duplicate checks;
+        ``parse_health`` is what extraction could not read well (``ingest.health``).
 
         ``original`` keeps the file's bytes (PDFs, for page views) in the same transaction.
 
@@ -280,7 +292,9 @@ class Store:
             "chunk_overlap": int(chunk_overlap),
             "created": now_iso(),
             "ocr_pages": [int(p) for p in ocr_pages],
+            "parse_health": dict(parse_health or {}),
         }
+        print_ = fingerprint(text)
         rows = [
             (
                 doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
@@ -294,12 +308,19 @@ class Store:
                 and conn.execute("DELETE FROM documents WHERE id = ?", (replace_id,)).rowcount
             )
             conn.execute(
-                f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts) VALUES "
+                f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts, text_hash, "
+                "fingerprint_units) VALUES "
                 "(:id, :name, :mime, :size, :chunk_count, :page_count, :content_hash, "
                 ":embed_model, :embed_dim, :chunk_target, :chunk_overlap, :created, "
-                ":ocr_pages, :text, :page_starts)",
+                ":ocr_pages, :parse_health, :text, :page_starts, :text_hash, :units)",
                 {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
-                 "ocr_pages": json.dumps(doc["ocr_pages"])},
+                 "ocr_pages": json.dumps(doc["ocr_pages"]),
+                 "parse_health": json.dumps(doc["parse_health"]),
+                 "text_hash": print_.text_hash, "units": len(print_.units)},
+            )
+            conn.executemany(
+                "INSERT INTO document_fingerprints (document_id, unit_hash) VALUES (?, ?)",
+                [(doc["id"], u) for u in print_.units],
             )
             conn.executemany(
                 'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
@@ -313,6 +334,30 @@ class Store:
                 )
             self._bump_generation(conn, deleted=replaced)
         return doc
+
+    def near_duplicates(
+        self, print_: Fingerprint, *, exclude: str | None = None
+    ) -> list[tuple[dict[str, Any], float]]:
+        """Documents whose text is the same as ``print_``'s after normalisation (share 1.0) or
+        that share at least ``NEAR_DUPLICATE_SHARE`` of the passages, best first."""
+        found: dict[str, float] = {
+            r[0]: 1.0 for r in self.conn.execute(
+                "SELECT id FROM documents WHERE text_hash = ?", (print_.text_hash,))
+        }
+        if print_.units:
+            rows = self.conn.execute(
+                "SELECT f.document_id, COUNT(*), d.fingerprint_units FROM document_fingerprints f "
+                "JOIN documents d ON d.id = f.document_id WHERE f.unit_hash IN "
+                "(SELECT value FROM json_each(?)) GROUP BY f.document_id",
+                (json.dumps(sorted(print_.units)),),
+            )
+            for doc_id, shared, theirs in rows:
+                share = shared_share(int(shared), len(print_.units), int(theirs))
+                if share >= NEAR_DUPLICATE_SHARE:
+                    found[doc_id] = max(found.get(doc_id, 0.0), share)
+        found.pop(exclude or "", None)
+        ranked = sorted(found.items(), key=lambda kv: -kv[1])
+        return [(self.get_document(doc_id), share) for doc_id, share in ranked]
 
     def list_documents(self) -> list[dict[str, Any]]:
         rows = self.conn.execute(
@@ -551,27 +596,31 @@ class Store:
     def chunks_containing(self, term: str, chunk_ids: Sequence[int]) -> list[int]:
         return SqliteLexical(self.conn).chunks_containing(term, chunk_ids)
 
-    # -- embedding cache (the retrieval lab's sweeps) ----------------------------------------
+    # -- embedding cache (ingestion, re-indexing, resumed jobs, the lab's sweeps) -------------
 
-    def cached_vectors(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        """Cached vectors by text key; missing keys are absent."""
-        out = {}
-        for k in keys:
-            row = self.conn.execute(
-                "SELECT vector FROM embedding_cache WHERE key = ?", (k,)
-            ).fetchone()
-            if row is not None:
-                out[k] = blob_to_vector(row[0])
+    def cached_embeddings(self, embedder: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Cached vectors of ``embedder`` by text hash (``base.text_hash``); misses are absent."""
+        out: dict[str, np.ndarray] = {}
+        wanted = list(dict.fromkeys(hashes))
+        for start in range(0, len(wanted), CACHE_LOOKUP_ROWS):
+            part = wanted[start : start + CACHE_LOOKUP_ROWS]
+            rows = self.conn.execute(
+                "SELECT text_hash, vector FROM embedding_cache WHERE embedder = ? "
+                "AND text_hash IN (SELECT value FROM json_each(?))",
+                (embedder, json.dumps(part)),
+            )
+            out.update((h, blob_to_vector(v)) for h, v in rows)
         return out
 
-    def cache_vectors(self, vectors: dict[str, np.ndarray]) -> None:
-        """Add vectors by text key in one transaction (a key already cached is kept)."""
+    def cache_embeddings(self, embedder: str, vectors: Mapping[str, np.ndarray]) -> None:
+        """Add vectors by text hash in one transaction (a hash already cached is kept)."""
         if not vectors:
             return
         with self.write() as conn:
             conn.executemany(
-                "INSERT OR IGNORE INTO embedding_cache (key, vector) VALUES (?, ?)",
-                [(k, vector_to_blob(v)) for k, v in vectors.items()],
+                "INSERT OR IGNORE INTO embedding_cache (embedder, text_hash, vector) "
+                "VALUES (?, ?, ?)",
+                [(embedder, h, vector_to_blob(v)) for h, v in vectors.items()],
             )
 
     def chunk_texts_and_vectors(
