@@ -8,10 +8,10 @@ import streamlit as st
 
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import (
+    awaits_person,
     index_samples,
     job_queue,
     locked_jobs,
-    needs_password,
     render_results,
     watch,
 )
@@ -48,7 +48,7 @@ def _clear_results() -> None:
 
 def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
     """Outcomes of this session's last upload batch (its ended jobs, in upload order), and the
-    job of each one refused for want of the right password (its card asks for it)."""
+    job of each refusal a person can act on (a password, a near-duplicate's choice)."""
     ids = state.get("upload_batch")
     if not ids:
         return None
@@ -60,7 +60,7 @@ def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
             continue
         if not job.active:
             outcome = job.outcome()
-            if needs_password(outcome):
+            if awaits_person(outcome) and (job.needs_password or job.offers_replace):
                 locked[len(ended)] = job.id
             ended.append(outcome)
     return ended, locked
