@@ -164,6 +164,7 @@ table = pd.DataFrame(
             # blank (not a grey "None") for a text or Markdown file, which has no pages
             "Pages": str(d["page_count"]) if has_pages(d["mime"]) else "",
             "Text": fmt.ocr_label(d) or ("text layer" if has_pages(d["mime"]) else "text"),
+            "Read": fmt.health_summary(d),
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
             "Searchable": ws.is_searchable(d),
@@ -187,11 +188,26 @@ st.dataframe(
         "Text": st.column_config.TextColumn(
             help="Read from the PDF's text layer, or recognised from scanned pages by OCR"
         ),
+        "Read": st.column_config.TextColumn(
+            help="What could not be read well: pages with no text, garbled pages (broken "
+            "characters), pages read by OCR, and tables found (their cells are read as text)"
+        ),
         "Searchable": st.column_config.CheckboxColumn(
             help="Indexed by the active embedder, so it takes part in search"
         ),
     },
 )
+
+# ---- parse health: what was not read, page by page, before anyone asks about it
+troubled = [d for d in documents if fmt.has_health_problems(d)]
+if troubled:
+    with st.expander(
+        f"What was not read well ({len(troubled)} document{'s' * (len(troubled) != 1)})",
+        icon=":material/report:",
+    ):
+        for d in troubled:
+            lines = "\n".join(f"- {fmt.escape_inline(line)}" for line in fmt.health_details(d))
+            st.markdown(f"**{fmt.escape_inline(d['name'], 80)}**\n\n{lines}")
 
 # ---- delete, with a confirmation
 by_id = {d["id"]: d for d in documents}

@@ -145,14 +145,20 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
     from pdf_maker import long_pdf
 
     from marginalia_core.ingest.chunking import chunk_text
+    from marginalia_core.ingest.embed_cache import EmbeddingCache
     from marginalia_core.ingest.extraction import extract
-    from marginalia_core.ingest.pipeline import _EarlyEmbeddings
+    from marginalia_core.ingest.pipeline import _EarlyEmbeddings, _EmbeddingProgress
 
     data = long_pdf(12)
     s = workspace.settings
-    early = _EarlyEmbeddings(workspace.embedder, s.chunk_target, s.chunk_overlap)
+    emb = workspace.embedder
+    early = _EarlyEmbeddings(emb, EmbeddingCache(workspace.store, emb.key), s.chunk_target,
+                             s.chunk_overlap)
     extracted = extract("book.pdf", data, on_page=lambda _d, _t, text: early.add_page(text))
-    waiting = early.finish("book.pdf", total=10_000)
+    chunks = chunk_text(extracted.text, target=s.chunk_target, overlap=s.chunk_overlap,
+                        page_starts=extracted.page_starts)
+    texts = {c.text for c in chunks}
+    waiting = early.finish("book.pdf", texts, _EmbeddingProgress("book.pdf", len(texts), 0))
     progress = []
     while True:
         try:
@@ -161,8 +167,6 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
             vectors = end.value
             break
     assert all(e["stage"] == "embedding" for e in progress)
-    chunks = chunk_text(extracted.text, target=s.chunk_target, overlap=s.chunk_overlap,
-                        page_starts=extracted.page_starts)
     reused = [c for c in chunks if c.text in vectors]
     assert len(reused) >= len(chunks) // 3  # embedded while pages were still being read
     assert set(vectors) <= {c.text for c in chunks}  # nothing embedded that is not stored

@@ -15,12 +15,14 @@ only, never in the database.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
@@ -537,7 +539,8 @@ class _Progress:
             self.values["pages_done"] = int(event.get("done") or 0)
             self.values["pages_total"] = int(event.get("total") or 0)
         elif stage == "chunking" and "chunks" in event:
-            self.values["chunks_total"] = int(event["chunks"])
+            # chunks_* count the passages to embed (the embedding cache may hold the rest),
+            # so they are first set by the embedding stage
             if not self.values["pages_total"]:  # text files: one page, read
                 self.values["pages_done"] = self.values["pages_total"] = 1
         elif stage == "embedding":
@@ -586,6 +589,8 @@ class _Progress:
             doc = end.get("document") or {}
             values.update(document_id=doc.get("id"), duplicate=int(bool(end.get("duplicate"))),
                           message=end.get("message", ""))
+            if doc.get("chunk_count") is not None:  # an ended job: the document's passages
+                values.update(chunks_done=doc["chunk_count"], chunks_total=doc["chunk_count"])
         else:
             reason = end.get("reason")
             values.update(reason=reason, message=end.get("message", ""),
@@ -613,6 +618,23 @@ class _Progress:
             )
 
 
+# How long the process's exit waits for a running job to reach its next page or batch
+# boundary (where it stops, marked interrupted, its upload kept for a resume).
+EXIT_WAIT_S = 60.0
+_WORKERS: weakref.WeakSet[JobWorker] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_workers_at_exit() -> None:
+    """Ctrl-C on ``make run`` / streamlit ends the main thread while the worker (a daemon) may
+    be inside the embedding model: killed there at exit, onnxruntime's threads abort the
+    process ("terminate called without an active exception") and the job stays "running"
+    until recovered. Stopping each worker at its next boundary first makes the exit clean and
+    the job ``interrupted``, ready to resume."""
+    for worker in list(_WORKERS):
+        worker.stop(timeout=EXIT_WAIT_S)
+
+
 class JobWorker:
     """The one background thread of a process that runs queued jobs, oldest first."""
 
@@ -635,6 +657,7 @@ class JobWorker:
                     target=self._loop, name="marginalia-jobs", daemon=True
                 )
                 self._thread.start()
+                _WORKERS.add(self)
         return self
 
     def wake(self) -> None:

@@ -24,6 +24,7 @@ from marginalia_core.errors import MarginaliaError, NearDuplicateError, TooLarge
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.ingest.embed_cache import EmbeddingCache
 from marginalia_core.ingest.extraction import Extracted, extract, finish_pages, join_pages
+from marginalia_core.ingest.health import parse_health
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.base import LibraryStore
 from marginalia_core.store.fingerprint import fingerprint
@@ -46,9 +47,10 @@ EARLY_EMBED_EVERY_CHARS = 16_000
 # looks one window ahead) ...
 SETTLED_TARGETS = 2
 # ... and it ends before the last this many pages read: a running head is recognised (and
-# removed from every page) once it has repeated on a few pages, a word broken at a page's end
-# is joined when the next page comes, so the recent pages' text may still change.
-SETTLED_LAG_PAGES = 8
+# removed from every page) once it has repeated on 3 pages (cleanup.REPEAT_MIN_PAGES; on
+# alternate pages when a book alternates two heads: 5 pages), a word broken at a page's end is
+# joined when the next page comes, so the recent pages' text may still change.
+SETTLED_LAG_PAGES = 5
 # The final pass embeds in slices of at least this many texts (and at least one round of the
 # embedder's concurrent batches), caching each slice as it is done, so an interrupted job
 # keeps what it embedded; the local embedder sorts each slice by length to pad less.
@@ -409,6 +411,7 @@ def ingest_bytes(
                 document_id=replace_id,  # a replaced document keeps its id (scopes, links)
                 original=data if extracted.mime in KEEP_ORIGINAL_MIMES else None,
                 ocr_pages=extracted.ocr_pages,
+                parse_health=parse_health(extracted),
                 checkpoint=checkpoint,
                 early=early,
             )
@@ -501,6 +504,10 @@ def _extract_with_progress(
             yield events.stage(stage, name, done=done, total=total)
             if between_pages is not None:
                 between_pages()
+    except BaseException:
+        stop.set()  # the reader stops at its next page; waited for, so nothing outlives us
+        worker.join()
+        raise
     finally:
         stop.set()
     worker.join()
@@ -588,6 +595,7 @@ def reindex_document(
             document_id=document_id,
             original=original,
             ocr_pages=doc.get("ocr_pages") or (),
+            parse_health=doc.get("parse_health") or {},
         )
         yield events.done(document=new, duplicate=False, file=name, reindexed=True)
     except MarginaliaError as exc:
