@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
 
-.PHONY: run test test-slow test-browser lint bench bench-quick clean
+.PHONY: run test test-quick test-slow test-browser lint bench bench-quick clean
 
 $(VENV)/.runtime: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ run: $(VENV)/.runtime
 
 test: $(VENV)/.dev
 	$(PY) -m pytest -m "not slow"
+
+# no browser, no slow tests, SQLite only (no PostgreSQL server started): a few minutes
+test-quick: $(VENV)/.dev
+	MARGINALIA_TEST_BACKENDS=sqlite $(PY) -m pytest -q -m "not slow and not browser"
 
 test-slow: $(VENV)/.dev
 	$(PY) -m pytest -m slow

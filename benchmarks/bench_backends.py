@@ -56,7 +56,8 @@ import numpy as np
 
 from marginalia_core.retrieval import ranking
 from marginalia_core.retrieval.ranking import VectorIndex, sidecar_dir
-from marginalia_core.store.sqlite import VECTOR_DTYPE, Store, now_iso
+from marginalia_core.store.rows import VECTOR_DTYPE, now_iso
+from marginalia_core.store.sqlite import Store
 
 DIM = 384
 K = 10

@@ -119,8 +119,9 @@ def embed_floor(data: bytes, emb: Any, settings: Settings) -> dict[str, Any]:
     from marginalia_core.ingest.extraction import extract
 
     extracted = extract("book.pdf", data, max_bytes=settings.max_upload_bytes)
-    chunks = chunk_text(extracted.text, target=settings.chunk_target,
-                        overlap=settings.chunk_overlap, page_starts=extracted.page_starts)
+    chunks = chunk_text(extracted.text, target=settings.retrieval.chunk_target,
+                        overlap=settings.retrieval.chunk_overlap,
+                        page_starts=extracted.page_starts)
     texts = list(dict.fromkeys(c.text for c in chunks))
     load = _load()
     t0 = time.perf_counter()

@@ -83,7 +83,7 @@ def run_mode(name: str, settings: Settings, article: dict[str, Any], questions: 
     out: dict[str, Any] = {
         "embedder": settings.embedder_name,
         "answerer": settings.answerer_name,
-        "retrieval_mode": settings.retrieval_mode,
+        "retrieval_mode": settings.retrieval.mode,
         "chunks_indexed": last["document"]["chunk_count"],
         "embedder_load_s": round(load_s, 2),
         "index_s": round(index_s, 2),

@@ -65,7 +65,8 @@ from marginalia_core.config import Settings
 from marginalia_core.ingest.chunking import Chunk
 from marginalia_core.retrieval.ranking import VectorIndex
 from marginalia_core.retrieval.retriever import Retriever
-from marginalia_core.store.sqlite import VECTOR_DTYPE, Store, now_iso
+from marginalia_core.store.rows import VECTOR_DTYPE, now_iso
+from marginalia_core.store.sqlite import Store
 
 DIM = 768
 K = 6
@@ -302,7 +303,7 @@ def measure_queries(store: Store, index: VectorIndex, queries: np.ndarray, targe
     ids, matrix = index._current()
     threads = C.blas_threads()
     emb = StubEmbedder()
-    retr = Retriever(store, emb, Settings(db_path=store.path, top_k=K))
+    retr = Retriever(store, emb, Settings(db_path=store.path).with_overrides(top_k=K))
     retr._index = index  # share the matrix (no second 3 GB load at 1M)
     words = random.Random(SEED + len(ids))
     texts = []

@@ -195,7 +195,7 @@ def _library(path: Path, emb: CachedEmbedder, docs: list[tuple[str, bytes, str |
 
 
 def _retrieval(store: Store, emb: CachedEmbedder, qset: QuestionSet) -> dict[str, float]:
-    retriever = Retriever(store, emb, Settings(db_path=store.path, threshold=-1.0))
+    retriever = Retriever(store, emb, Settings(db_path=store.path).with_overrides(threshold=-1.0))
     prepared = ev.prepare(retriever, qset)
     res = ev.evaluate_prepared(retriever, prepared, ev.EvalConfig("hybrid", top_k=TOP_K))
     return {k: round(v, 4) for k, v in res.metrics.items()}

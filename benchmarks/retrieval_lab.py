@@ -43,7 +43,7 @@ from marginalia_core.ingest.chunking import OVERLAP, TARGET, chunk_text  # noqa:
 from marginalia_core.providers.embeddings.local import LocalEmbedder  # noqa: E402
 from marginalia_core.retrieval import evaluation as ev  # noqa: E402
 from marginalia_core.retrieval import lexical  # noqa: E402
-from marginalia_core.retrieval.retriever import RankedChunk, Retriever  # noqa: E402
+from marginalia_core.retrieval.retriever import RankedChunk, Retriever, hits_from  # noqa: E402
 from marginalia_core.store.question_sets import (  # noqa: E402
     Judgment,
     Question,
@@ -242,7 +242,7 @@ def _ordered(prepared: ev.Prepared, order) -> ev.EvalResult:
     results = []
     for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
         ranked = [RankedChunk(cid, 0.0, 0.0, 0.0, 0.0, 0, None, 0, False) for cid in order(c)]
-        results.append(ev.score_question(q, ev._units(ranked, q, prepared.chunks), TOP_K))
+        results.append(ev.score_question(q, ev._units(hits_from(ranked, prepared.chunks), q), TOP_K))
     cfg = ev.EvalConfig("custom", top_k=TOP_K)
     return ev.EvalResult(prepared.qset.name, cfg, THRESHOLD, ev.summarize(results, TOP_K), results)
 
@@ -285,7 +285,7 @@ def run(args) -> dict:
     for name in args.only or list(DATASETS):
         t0 = time.perf_counter()
         store, qset = DATASETS[name](emb, args.split)
-        retriever = Retriever(store, emb, Settings(db_path=store.path, threshold=THRESHOLD))
+        retriever = Retriever(store, emb, Settings(db_path=store.path).with_overrides(threshold=THRESHOLD))
         prepared = ev.prepare(retriever, qset)
         if args.dump:
             with open(CACHE_DIR / f"prepared-{name}-{args.split}.pkl", "wb") as f:

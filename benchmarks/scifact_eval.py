@@ -345,7 +345,7 @@ def run(args) -> dict:
     # in-memory matrix, fills and fuses the lists exactly as a chat question is answered
     t0 = time.perf_counter()
     store = Store(db_path)
-    retriever = Retriever(store, embedder, Settings(db_path=str(db_path), threshold=-1.0))
+    retriever = Retriever(store, embedder, Settings(db_path=str(db_path)).with_overrides(threshold=-1.0))
     modes = ("hybrid",) if args.quick else ("hybrid", "dense", "lexical")
     for mode in modes:
         runs[f"project {mode} (Retriever.search)"] = {

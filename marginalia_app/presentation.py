@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -38,6 +38,7 @@ BADGE_COLOR = "blue"
 HIGHLIGHT = "orange-background"
 STEM_CHARS = 4  # term_spans: shortest term matched by prefix
 INVALID_MARK_COLOR = "red"
+UNSUPPORTED_COLOR = "orange"  # the "not found in [n]" note on a mark whose passage lacks its sentence
 
 
 # Streamlit's GFM autolinks "http://…", "www.…" and "a@b.c" even when their punctuation is
@@ -116,6 +117,7 @@ def _render(
     valid: int | Collection[int],
     final: bool,
     link: Callable[[int], str] | None = None,
+    notes: Mapping[int, tuple[int, ...]] | None = None,
 ) -> str:
     """Markdown for the part of ``text`` whose rendering can no longer change.
 
@@ -149,7 +151,7 @@ def _render(
             fence = (opener.group(2)[0], len(opener.group(2)))
             i = line_end + len(newline)
             continue
-        stopped = _render_line(text, i, line_end, ok, complete, out, link)
+        stopped = _render_line(text, i, line_end, ok, complete, out, link, notes)
         if stopped is not None:
             break
         out.append(newline)
@@ -165,6 +167,7 @@ def _render_line(
     complete: bool,
     out: list[str],
     link: Callable[[int], str] | None = None,
+    notes: Mapping[int, tuple[int, ...]] | None = None,
 ) -> int | None:
     """Render prose ``text[start:end]`` into ``out``; return where it stopped if it must wait."""
     p = start
@@ -194,6 +197,8 @@ def _render_line(
                 numbers = found[0].numbers if found else ()
                 if numbers and all(ok(x) for x in numbers):
                     out.append(_badges(numbers, link))
+                    if notes and p in notes:
+                        out.append(_not_found(notes[p]))
                 else:
                     out.append(_flagged(mark.group(0)))
                 p = mark.end()
@@ -218,11 +223,42 @@ def _render_line(
 
 
 def render_answer(
-    text: str, valid: int | Collection[int], link: Callable[[int], str] | None = None
+    text: str,
+    valid: int | Collection[int],
+    link: Callable[[int], str] | None = None,
+    support: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """An answer as safe markdown: formatting kept, valid marks (1..k, or the given numbers)
-    as badges (or, with ``link``, as links to their margin cards), others flagged."""
-    return _render(text, valid, final=True, link=link)
+    as badges (or, with ``link``, as links to their margin cards), others flagged. ``support``
+    (the answer's per-sentence check, ``done``'s ``support``): the last mark of each unsupported
+    sentence gets a "not found in [n]" note."""
+    return _render(text, valid, final=True, link=link, notes=unsupported_marks(text, support))
+
+
+def unsupported_marks(
+    text: str, support: Sequence[Mapping[str, Any]] | None
+) -> dict[int, tuple[int, ...]]:
+    """Where the note goes: the offset of each unsupported sentence's last mark in ``text``,
+    with the source numbers that sentence cites."""
+    notes: dict[int, tuple[int, ...]] = {}
+    cursor = 0
+    for item in support or ():
+        at = text.find(str(item.get("sentence") or ""), cursor)
+        if at == -1 or not item.get("sentence"):
+            continue
+        end = at + len(item["sentence"])
+        cursor = end
+        if item.get("supported", True):
+            continue
+        marks = find_marks(text[at:end])
+        if marks:
+            notes[at + marks[-1].start] = tuple(int(n) for n in item.get("marks") or ())
+    return notes
+
+
+def _not_found(numbers: tuple[int, ...]) -> str:
+    listed = " ".join(f"\\[{n}\\]" for n in numbers)
+    return f" :{UNSUPPORTED_COLOR}-badge[:material/search_off: not found in {listed}]"
 
 
 class AnswerStream:

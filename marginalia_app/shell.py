@@ -23,6 +23,8 @@ from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import job_indicator
 from marginalia_core.config import Settings, load_settings
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.lab import RetrievalLab
+from marginalia_core.providers.local_servers import normalize
 from marginalia_core.workspace import Workspace
 
 # Absolute, so the pages resolve whichever script Streamlit started from.
@@ -90,6 +92,8 @@ mark.mg-hl { background: rgba(255, 164, 33, 0.35); font-weight: 600; padding: 0 
 
 CHAT_MODEL_KEY = "chat_model_choice"  # session state: the model picked in the sidebar
 MODEL_LIST_TTL_S = 30  # seconds the server's model list is reused before asking again
+LOCAL_PROBE_TTL_S = 20  # seconds a probe for local model servers is reused
+MAX_LOCAL_SERVERS = 3  # listed in the sidebar
 # Streamlit's md breakpoint: narrower than this the sidebar is an overlay over the page.
 PHONE_MAX_WIDTH_PX = 768
 
@@ -140,6 +144,17 @@ def _workspace(key: str, _settings: Settings) -> Workspace:
     base_key = _settings_key(base)
     _ingest_worker(base_key, base)
     return Workspace(_settings, embedder=_embedder(base_key, base))
+
+
+@st.cache_resource(show_spinner=False)
+def _lab(key: str, _ws: Workspace) -> RetrievalLab:
+    return RetrievalLab(_ws)
+
+
+def retrieval_lab(ws: Workspace) -> RetrievalLab:
+    """The lab over the process's Workspace, kept with it, so its cache of candidates (moving
+    an Inspector control embeds nothing again) outlives a rerun."""
+    return _lab(_settings_key(ws.defaults), ws)
 
 
 def workspace() -> Workspace:
@@ -239,8 +254,8 @@ def _pick_chat_model(choice: str) -> None:
 def render_model_picker(ws: Workspace) -> None:
     """The chat model, for a model server: a select from its GET /v1/models when it offers a
     list, a text box when it does not. The choice lasts for this browser session."""
-    if ws.settings.answerer_name != "openai":
-        return
+    if ws.settings.answerer_name != "openai" or ws.local_model():
+        return  # a local model server chosen below has its own model list
     current = ws.settings.chat_model or ""
     models, why_not = _server_models(_settings_key(replace(ws.settings, chat_model=None)), ws)
     if models:
@@ -269,6 +284,73 @@ def render_model_picker(ws: Workspace) -> None:
         if why_not:
             st.caption(fmt.escape_inline(why_not))
 
+
+
+# --------------------------------------------------------------------------- local model server
+
+@st.cache_data(ttl=LOCAL_PROBE_TTL_S, show_spinner=False)
+def _local_servers(key: str, _ws: Workspace) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(label, address, models) of the model servers running on this machine; probed only
+    while a sidebar renders, at most every ``LOCAL_PROBE_TTL_S`` seconds."""
+    return [(s.label, s.base_url, s.models) for s in _ws.local_servers()]
+
+
+def _use_local(ws: Workspace, label: str, server: str, models: tuple[str, ...], key: str) -> None:
+    model = st.session_state.get(key) or models[0]
+    try:
+        ws.use_local_model(server, model, label)
+    except MarginaliaError as exc:
+        st.toast(fmt.escape_inline(exc.message), icon=":material/error:")
+        return
+    st.toast(f"Answers now come from {fmt.escape_inline(model, 40)} on "
+             f"{fmt.escape_inline(label, 30)}.", icon=":material/computer:")
+
+
+def _stop_local(ws: Workspace) -> None:
+    ws.use_local_model(None)
+    st.toast("Back to the configured answers.", icon=":material/undo:")
+
+
+def _look_again() -> None:
+    _local_servers.clear()
+
+
+def render_local_model(ws: Workspace) -> None:
+    """A model server already running on this machine (Ollama, llama.cpp, LM Studio, vLLM, or
+    ``OPENAI_BASE_URL``): found by the sidebar, used for answers in one click, remembered for
+    this library."""
+    local = ws.local_model()
+    servers = _local_servers(_settings_key(ws.defaults), ws)
+    with st.expander("Local model", icon=":material/computer:", expanded=bool(servers or local)):
+        if local:
+            st.caption(f"Answering with **{fmt.escape_inline(local['model'], 40)}** on "
+                       f"{fmt.escape_inline(local['label'] or local['server'], 40)}.")
+            st.button("Back to the configured answers", key="local_model_stop",
+                      icon=":material/undo:", on_click=_stop_local, args=(ws,), width="stretch")
+        answering = ws.settings
+        for i, (label, server, models) in enumerate(servers[:MAX_LOCAL_SERVERS]):
+            if (answering.answerer_name == "openai" and models == (answering.chat_model,)
+                    and normalize(answering.openai_base_url or "") == server):
+                continue  # already answering with it
+            key = f"local_model_pick_{i}"
+            if len(models) > 1:
+                st.selectbox(f"Model on {label}", models, key=key)
+            chosen = st.session_state.get(key) or models[0]
+            st.button(
+                f"Answer with {fmt.escape_inline(chosen, 30)} · {fmt.escape_inline(label, 20)}",
+                key=f"local_model_use_{i}",
+                icon=":material/bolt:",
+                on_click=_use_local,
+                args=(ws, label, server, models, key),
+                help=f"{server}: an OpenAI-compatible server on this computer. Answers come "
+                "from it from the next question on; the documents stay searched here.",
+                width="stretch",
+            )
+        if not servers:
+            st.caption("No model server is running on this computer (looked for Ollama, "
+                       "llama.cpp, LM Studio and vLLM on their usual ports).")
+        st.button("Look again", key="local_model_refresh", icon=":material/refresh:",
+                  type="tertiary", on_click=_look_again)
 
 
 # --------------------------------------------------------------------------- sidebar
@@ -352,6 +434,7 @@ def render_sidebar(ws: Workspace) -> None:
             f"**Embeddings** {fmt.escape_inline(embed)}  \n**Answers** {fmt.escape_inline(answer)}"
         )
         render_model_picker(ws)
+        render_local_model(ws)
         st.button(
             "New conversation",
             icon=":material/add_comment:",

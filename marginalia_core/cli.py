@@ -15,6 +15,8 @@ from typing import Any, TextIO
 from marginalia_core import __version__, events
 from marginalia_core.config import ON_DUPLICATE_CHOICES, RETRIEVAL_MODES, load_settings, mask_url
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.lab import RetrievalLab
+from marginalia_core.store import copy_to_postgres
 from marginalia_core.store.base import is_postgres_url
 from marginalia_core.workspace import Workspace
 
@@ -135,6 +137,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", metavar="ID")
     _common(p)
     p = sub.add_parser(
+        "serve",
+        help="the HTTP API (NDJSON streams, OpenAPI at /docs); --mcp adds the MCP server at /mcp",
+        description="Serve the library over HTTP. Without MARGINALIA_API_TOKEN only this "
+        "machine (127.0.0.1) may listen; with it every request needs 'Authorization: Bearer "
+        "<token>'. MARGINALIA_API_CORS lists browser origins allowed (comma separated).",
+    )
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; another needs a token)")
+    p.add_argument("--port", type=int, default=8502, help="port (default 8502)")
+    p.add_argument("--mcp", action="store_true", help="also serve MCP (streamable HTTP) at /mcp")
+    p.add_argument("--log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    _common(p)
+    p = sub.add_parser("mcp", help="the MCP server on stdio, for an MCP host (Claude Desktop, ...)")
+    _common(p)
+    p = sub.add_parser(
         "migrate-store",
         help="copy the SQLite library (--db) into an empty PostgreSQL database, then verify it",
     )
@@ -163,7 +181,7 @@ def _workspace(args: argparse.Namespace) -> Workspace:
         answerer=args.answerer,
         top_k=args.k,
         threshold=args.threshold,
-        retrieval_mode=args.mode,
+        mode=args.mode,
         chunk_target=getattr(args, "target", None),
         chunk_overlap=getattr(args, "overlap", None),
         on_duplicate=getattr(args, "on_duplicate", None),
@@ -205,16 +223,6 @@ def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
     return _stream(ws.ingest_files(args.files, password=_password(args)), out, err, "refused")
 
 
-def _search_line(ws: Workspace, query: str) -> dict[str, Any]:
-    return {
-        "type": "hits",
-        "query": query,
-        "mode": ws.settings.retrieval_mode,
-        "threshold": ws.retriever.threshold,
-        "hits": ws.sources(ws.search(query)),
-    }
-
-
 def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     problem = ws.mismatch()
     if problem:
@@ -224,7 +232,7 @@ def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
     )
     for query in queries:
         if query.strip():
-            _emit(_search_line(ws, query), out)
+            _emit(ws.search_result(query), out)
     return EXIT_OK
 
 
@@ -298,10 +306,10 @@ def cmd_delete_conversation(
     return EXIT_OK
 
 
-def _eval_config(ws: Workspace, args: argparse.Namespace):
+def _eval_config(lab: RetrievalLab, args: argparse.Namespace):
     from dataclasses import replace
 
-    cfg = ws.lab.config(args.config) if args.config else ws.lab.default_config()
+    cfg = lab.config(args.config) if args.config else lab.default_config()
     overrides = {
         "mode": args.mode, "threshold": args.threshold, "top_k": args.k, "alpha": args.alpha,
         "chunk_target": args.target, "chunk_overlap": args.overlap,
@@ -321,12 +329,13 @@ def _table(rows: list[list[Any]], head: list[str]) -> str:
 def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from dataclasses import asdict
 
-    cfg = _eval_config(ws, args)
+    lab = RetrievalLab(ws)
+    cfg = _eval_config(lab, args)
     if args.save_config:
-        ws.lab.save_config(args.save_config, cfg)
+        lab.save_config(args.save_config, cfg)
     table = args.format == "table"
     if args.sweep == "threshold":
-        sw = ws.lab.threshold_sweep(args.set, mode=cfg.mode, top_k=cfg.top_k, alpha=cfg.alpha)
+        sw = lab.threshold_sweep(args.set, mode=cfg.mode, top_k=cfg.top_k, alpha=cfg.alpha)
         if table:
             out.write(_table([[p.threshold, p.precision, p.recall, p.f1, p.returned, p.answered]
                               for p in sw.points],
@@ -336,7 +345,7 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
             _emit({"type": "threshold_sweep", **asdict(sw)}, out)
         return EXIT_OK
     if args.sweep == "weight":
-        wsw = ws.lab.weight_sweep(args.set, cfg)
+        wsw = lab.weight_sweep(args.set, cfg)
         if table:
             keys = list(wsw.points[0].metrics)
             out.write(_table([["default" if p.alpha is None else p.alpha,
@@ -346,7 +355,7 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
             _emit({"type": "weight_sweep", **asdict(wsw)}, out)
         return EXIT_OK
     if args.sweep == "chunks":
-        csw = ws.lab.chunk_sweep(args.set, config=cfg,
+        csw = lab.chunk_sweep(args.set, config=cfg,
                                 progress=None if table else (lambda e: _emit(e, out)))
         if table:
             keys = list(csw.points[0].result.metrics)
@@ -360,7 +369,7 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
                        "metrics": p.result.metrics}, out)
         return EXIT_OK
     if args.compare:
-        cmp = ws.lab.compare(args.set, cfg, args.compare)
+        cmp = lab.compare(args.set, cfg, args.compare)
         if table:
             keys = list(cmp.a.metrics)
             out.write(_table([[k, cmp.a.metrics[k], cmp.b.metrics[k]] for k in keys],
@@ -373,7 +382,7 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
                    "better": cmp.better, "worse": cmp.worse,
                    "deltas": [asdict(d) for d in cmp.deltas]}, out)
         return EXIT_OK
-    result = ws.lab.evaluate(args.set, cfg)
+    result = lab.evaluate(args.set, cfg)
     if table:
         out.write(_table([[q.question_id, q.first_relevant_rank, q.recall, q.reciprocal_rank,
                            q.ndcg, q.question[:60]] for q in result.questions],
@@ -390,17 +399,18 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
 def cmd_qsets(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from dataclasses import asdict
 
+    lab = RetrievalLab(ws)
     action = args.qsets_command
     if action == "list":
-        for s in ws.lab.list_sets():
+        for s in lab.list_sets():
             _emit({"type": "question_set", **asdict(s)}, out)
     elif action == "import":
-        s = ws.lab.import_set(args.file, name=args.name, qrels=args.qrels, replace=args.replace)
+        s = lab.import_set(args.file, name=args.name, qrels=args.qrels, replace=args.replace)
         _emit({"type": "done", "imported": asdict(s)}, out)
     elif action == "export":
-        out.write(ws.lab.export_set(args.name, args.format))
+        out.write(lab.export_set(args.name, args.format))
     elif action == "delete":
-        if not ws.lab.delete_set(args.name):
+        if not lab.delete_set(args.name):
             raise MarginaliaError(f"No question set named {args.name!r}.")
         _emit(events.done(deleted=args.name), out)
     return EXIT_OK
@@ -408,17 +418,11 @@ def cmd_qsets(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO)
 
 def cmd_migrate_store(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """SQLite -> PostgreSQL with nothing lost: one transaction, then counts and vectors compared."""
-    from marginalia_core.store.postgres import PostgresStore, import_sqlite
-
     if not is_postgres_url(args.to):
         raise ValueError("--to must be a postgresql:// URL")
     if ws.store.backend != "sqlite":
         raise ValueError("migrate-store copies a SQLite library: give its file with --db")
-    target = PostgresStore(args.to)
-    try:
-        report = import_sqlite(ws.store, target)
-    finally:
-        target.close()
+    report = copy_to_postgres(ws.store, args.to)
     counts = {t: {"sqlite": a, "postgresql": b} for t, (a, b) in report["counts"].items()}
     _emit({"type": "done" if report["ok"] else "error", "from": ws.store.location,
            "to": mask_url(args.to), "counts": counts,
@@ -430,7 +434,23 @@ def cmd_migrate_store(ws: Workspace, args: argparse.Namespace, out: TextIO, err:
     return EXIT_OK
 
 
+def cmd_serve(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from marginalia_core.api.server import serve
+
+    serve(ws, host=args.host, port=args.port, mcp=args.mcp, log_level=args.log_level, err=err)
+    return EXIT_OK
+
+
+def cmd_mcp(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from marginalia_core.api.server import serve_mcp_stdio
+
+    serve_mcp_stdio(ws)
+    return EXIT_OK
+
+
 COMMANDS = {
+    "serve": cmd_serve,
+    "mcp": cmd_mcp,
     "migrate-store": cmd_migrate_store,
     "eval": cmd_eval,
     "qsets": cmd_qsets,

@@ -6,18 +6,22 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 DEFAULT_DB = "data/marginalia.db"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")  # MARGINALIA_DATABASE_URL selects PostgreSQL
 DEFAULT_CHAT_MODEL = "gemini-2.5-flash"  # the Gemini answerer's model when none is set
-DEFAULT_TOP_K = 6
 DEFAULT_MAX_UPLOAD_MB = 50
 RETRIEVAL_MODES = ("hybrid", "dense", "lexical")
 ON_DUPLICATE_CHOICES = ("refuse", "replace")  # what a near-duplicate upload does
+# every retrieval default, written once: RetrievalConfig's fields below
 DEFAULT_RETRIEVAL_MODE = "hybrid"
+DEFAULT_TOP_K = 6  # passages a question gets
+DEFAULT_CHUNK_TARGET = 1400  # characters per passage (chosen on SciFact, benchmarks/README.md)
+DEFAULT_CHUNK_OVERLAP = 200
+NO_RERANKER = "none"
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -33,7 +37,55 @@ def _flag(raw: str) -> bool:
     raise ValueError(raw)
 
 
-# env var -> (field, converter)
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """How passages are retrieved: one frozen value that Chat, the Inspector, the metrics and
+    the lab's saved configurations share, nested in ``Settings`` the way paper-qa nests its
+    setting groups. ``None`` where a default depends on something else (the threshold on the
+    embedder, the fusion weight on ``retrieval.lexical.ALPHA``)."""
+
+    mode: str = DEFAULT_RETRIEVAL_MODE  # hybrid | dense | lexical
+    threshold: float | None = None  # cosine floor; None: the embedder's own default
+    top_k: int = DEFAULT_TOP_K
+    alpha: float | None = None  # hybrid: base weight of the cosine (1 - alpha: BM25)
+    chunk_target: int = DEFAULT_CHUNK_TARGET
+    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP
+    reranker: str = NO_RERANKER  # a name in retrieval.rerank's registry
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def field_name(cls, name: str) -> str | None:
+        """The field ``name`` stands for (also the older ``retrieval_mode`` / ``fusion_alpha``
+        that saved library settings may hold), or None."""
+        name = RETRIEVAL_ALIASES.get(name, name)
+        return name if name in cls.names() else None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RetrievalConfig:
+        """From a saved dict: unknown keys and ``None`` values are left out (defaults)."""
+        return cls().with_overrides(**d)
+
+    def with_overrides(self, **changes: Any) -> RetrievalConfig:
+        """A copy with the non-None ``changes`` (by field name or older alias); other keys are
+        ignored."""
+        known = {}
+        for key, value in changes.items():
+            name = self.field_name(key)
+            if name is not None and value is not None:
+                known[name] = value
+        return replace(self, **known)
+
+
+# older names of RetrievalConfig fields, as the flat Settings and saved library settings had them
+RETRIEVAL_ALIASES = {"retrieval_mode": "mode", "fusion_alpha": "alpha"}
+
+# env var -> (field, converter); "retrieval.x" is a field of Settings.retrieval
 _ENV: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "MARGINALIA_DB": ("db_path", str),
     "MARGINALIA_DATABASE_URL": ("database_url", str),
@@ -44,12 +96,13 @@ _ENV: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "MARGINALIA_EMBEDDER": ("embedder", str),
     "MARGINALIA_ANSWERER": ("answerer", str),
     "MARGINALIA_CHAT_MODEL": ("chat_model", str),
-    "MARGINALIA_RETRIEVAL": ("retrieval_mode", str),
-    "MARGINALIA_TOP_K": ("top_k", int),
-    "MARGINALIA_THRESHOLD": ("threshold", float),
-    "MARGINALIA_FUSION_ALPHA": ("fusion_alpha", float),
-    "MARGINALIA_CHUNK_TARGET": ("chunk_target", int),
-    "MARGINALIA_CHUNK_OVERLAP": ("chunk_overlap", int),
+    "MARGINALIA_RETRIEVAL": ("retrieval.mode", str),
+    "MARGINALIA_TOP_K": ("retrieval.top_k", int),
+    "MARGINALIA_THRESHOLD": ("retrieval.threshold", float),
+    "MARGINALIA_FUSION_ALPHA": ("retrieval.alpha", float),
+    "MARGINALIA_CHUNK_TARGET": ("retrieval.chunk_target", int),
+    "MARGINALIA_CHUNK_OVERLAP": ("retrieval.chunk_overlap", int),
+    "MARGINALIA_RERANKER": ("retrieval.reranker", str),
     "MARGINALIA_MAX_UPLOAD_MB": ("max_upload_mb", float),
     "MARGINALIA_GEMINI_TIMEOUT": ("gemini_timeout_s", float),
     "MARGINALIA_GEMINI_CONCURRENCY": ("gemini_concurrency", int),
@@ -60,6 +113,7 @@ _ENV: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "MARGINALIA_EMBED_MODEL": ("embed_model", str),
     "MARGINALIA_OPENAI_TIMEOUT": ("openai_timeout_s", float),
     "MARGINALIA_OPENAI_CONCURRENCY": ("openai_concurrency", int),
+    "MARGINALIA_LOCAL_SERVERS": ("local_servers", str),
     "MARGINALIA_OCR": ("ocr", _flag),
     "MARGINALIA_EMBED_BATCH": ("embed_batch", int),
     "MARGINALIA_ON_DUPLICATE": ("on_duplicate", str),
@@ -78,12 +132,7 @@ class Settings:
     embedder: str | None = None  # None: "gemini" when keyed, else "local"
     answerer: str | None = None  # None: "gemini" when keyed, else "extractive"
     chat_model: str | None = None  # None: the answerer's own default (Gemini: 2.5 Flash)
-    retrieval_mode: str = DEFAULT_RETRIEVAL_MODE
-    top_k: int = DEFAULT_TOP_K
-    threshold: float | None = None  # None: the embedder's own default
-    fusion_alpha: float | None = None  # hybrid weight of the cosine; None: lexical.ALPHA
-    chunk_target: int = 1400
-    chunk_overlap: int = 200
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
     gemini_timeout_s: float = 30.0
     gemini_concurrency: int = 4
@@ -92,6 +141,9 @@ class Settings:
     embed_model: str | None = None  # the openai embedder's model (MARGINALIA_EMBED_MODEL)
     openai_timeout_s: float = 60.0  # per request / between streamed chunks
     openai_concurrency: int = 2  # embedding batches in flight; local servers queue beyond this
+    # more addresses the sidebar probes for a local model server (comma-separated), besides
+    # the usual ports (providers.local_servers.CANDIDATE_PORTS) and OPENAI_BASE_URL
+    local_servers: str | None = None
     ocr: bool = True  # read PDF pages without a text layer by OCR (when the engine is installed)
     # texts per embedding call; None: the embedder's own tuned size. Also the boundary at which
     # an ingestion job reports progress and notices a cancel.
@@ -119,7 +171,13 @@ class Settings:
         return int(self.max_upload_mb * 1024 * 1024)
 
     def with_overrides(self, **changes: Any) -> Settings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with the non-None ``changes``; a ``RetrievalConfig`` field name (``top_k``,
+        ``mode``, ...) changes ``retrieval``."""
+        nested = {k: v for k, v in changes.items() if RetrievalConfig.field_name(k)}
+        own = {k: v for k, v in changes.items() if k not in nested and v is not None}
+        if nested:
+            own["retrieval"] = own.get("retrieval", self.retrieval).with_overrides(**nested)
+        return replace(self, **own)
 
     def ensure_db_dir(self) -> Path:
         path = Path(self.db_path)
@@ -141,23 +199,28 @@ def load_settings(
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
+    retrieval: dict[str, Any] = {}
     for source in (secrets or {}, env):
         for key, (name, conv) in _ENV.items():
             raw = source.get(key) if hasattr(source, "get") else None
             if raw is None or raw == "":
                 continue
             try:
-                values[name] = conv(raw)
+                value = conv(raw)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"Setting {key} has an invalid value") from exc
-    settings = Settings(**values)
+            if name.startswith("retrieval."):
+                retrieval[name.removeprefix("retrieval.")] = value
+            else:
+                values[name] = value
+    settings = Settings(**values, retrieval=RetrievalConfig(**retrieval))
     if settings.database_url and not settings.database_url.startswith(POSTGRES_SCHEMES):
         raise ValueError("MARGINALIA_DATABASE_URL must start with postgresql://")
     if settings.on_duplicate not in ON_DUPLICATE_CHOICES:
         raise ValueError(
             f"MARGINALIA_ON_DUPLICATE must be one of {', '.join(ON_DUPLICATE_CHOICES)}"
         )
-    if settings.retrieval_mode not in RETRIEVAL_MODES:
+    if settings.retrieval.mode not in RETRIEVAL_MODES:
         raise ValueError(
             f"MARGINALIA_RETRIEVAL must be one of {', '.join(RETRIEVAL_MODES)}"
         )

@@ -45,7 +45,8 @@ class TokenEvent(TypedDict):
 class DoneEvent(TypedDict, total=False):
     """End of a stream. Chat: ``message_id``, ``conversation_id``, ``citations``,
     ``invalid_citations``, ``answer`` and ``sources`` (as saved: renumbered in the order the
-    answer first cites them). Ingestion: ``file``, ``document``, ``duplicate``. CLI:
+    answer first cites them), ``support`` (each marked sentence checked against the passages it
+    cites: ``chat.support.SentenceSupport.as_dict``). Ingestion: ``file``, ``document``, ``duplicate``. CLI:
     ``deleted``."""
 
     type: Literal["done"]
@@ -55,6 +56,7 @@ class DoneEvent(TypedDict, total=False):
     invalid_citations: list[int]
     answer: str
     sources: list[Source]
+    support: list[dict[str, Any]]
     file: str
     document: dict[str, Any]
     duplicate: bool

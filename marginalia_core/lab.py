@@ -28,9 +28,11 @@ from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.ingest.embed_cache import EmbeddingCache
 from marginalia_core.retrieval import evaluation as ev
+from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
+from marginalia_core.store import open_sqlite
 from marginalia_core.store import question_sets as qs
-from marginalia_core.store.sqlite import Store
+from marginalia_core.store.base import LibraryStore
 
 if TYPE_CHECKING:
     from marginalia_core.workspace import Workspace
@@ -160,12 +162,8 @@ class RetrievalLab:
     # -- evaluation and sweeps ---------------------------------------------------------------
 
     def default_config(self) -> ev.EvalConfig:
-        s = self.ws.settings
-        return ev.EvalConfig(
-            mode=s.retrieval_mode, threshold=s.threshold, top_k=s.top_k, alpha=s.fusion_alpha,
-            chunk_target=s.chunk_target, chunk_overlap=s.chunk_overlap,
-            embedder=self.embedder_key(),
-        )
+        return ev.EvalConfig(**self.ws.settings.retrieval.to_dict(),
+                             embedder=self.embedder_key())
 
     def embedder_key(self) -> str:
         """The active embedder's key, or its model name while a model server is down."""
@@ -194,8 +192,7 @@ class RetrievalLab:
     ) -> ev.ThresholdSweep:
         prepared = prepared or self.prepare(set_name)
         return ev.threshold_sweep(
-            self.retriever, prepared, mode=mode or self.ws.settings.retrieval_mode,
-            top_k=top_k or self.ws.settings.top_k, alpha=alpha,
+            self.retriever, prepared, mode=mode, top_k=top_k, alpha=alpha,
         )
 
     def weight_sweep(
@@ -236,15 +233,39 @@ class RetrievalLab:
     def apply(self, config: ev.EvalConfig) -> Iterator[events.IngestEvent]:
         """"Apply to Chat": the configuration becomes this library's retrieval settings (saved
         in the database); documents chunked otherwise are re-indexed (the events of each)."""
-        return self.ws.apply_settings({
-            "retrieval_mode": config.mode, "threshold": config.threshold,
-            "top_k": config.top_k, "fusion_alpha": config.alpha,
-            "chunk_target": config.chunk_target, "chunk_overlap": config.chunk_overlap,
-        })
+        applied = {k: v for k, v in config.to_dict().items() if k != "embedder"}
+        return self.ws.apply_settings(applied)
 
     def applied(self) -> ev.EvalConfig:
         """The configuration Chat uses now (the applied settings over the defaults)."""
         return self.default_config()
+
+    def resolved(self, config: ev.EvalConfig) -> ev.EvalConfig:
+        """``config`` with every ``None`` spelled out (the threshold, fusion weight and passage
+        size it stands for, the overlap clamped as chunking clamps it): what it does."""
+        return replace(
+            config,
+            threshold=round(self.retriever.threshold_of(config), 4),
+            alpha=round(self.retriever.alpha_of(config), 4),
+            chunk_overlap=effective_overlap(config.chunk_target, config.chunk_overlap),
+        )
+
+    def same_effect(self, a: ev.EvalConfig, b: ev.EvalConfig) -> bool:
+        """Whether two configurations retrieve alike (the fusion weight counts in hybrid
+        only; the embedder is the active one for both)."""
+        ra, rb = self.resolved(a), self.resolved(b)
+        if ra.mode != "hybrid":
+            rb = replace(rb, alpha=ra.alpha)
+        return replace(ra, embedder=None) == replace(rb, embedder=None)
+
+    def keyword_weight(self, config: ev.EvalConfig) -> float:
+        """The Inspector's "keyword weight" of a configuration: 1 - its fusion weight."""
+        return round(1.0 - float(self.resolved(config).alpha or 0.0), 4)
+
+    @staticmethod
+    def query_terms(query: str) -> list[str]:
+        """The words of ``query`` keyword search matches (to highlight in a passage)."""
+        return lexical.query_terms(query)
 
     def compare(
         self, set_name: str, a: str | ev.EvalConfig, b: str | ev.EvalConfig, *, progress=None,
@@ -286,9 +307,8 @@ class RetrievalLab:
     ) -> list[Hit]:
         """What search returns with these settings, from the same cached candidates as
         ``explain`` (moving a control embeds nothing again)."""
-        ranked = self.retriever.rank(self._candidates(query), mode=mode, threshold=threshold,
-                                     k=self.ws.settings.top_k if k is None else k, alpha=alpha)
-        return self.retriever.hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
+        config = self.retriever.config(mode=mode, threshold=threshold, top_k=k, alpha=alpha)
+        return self.retriever.retrieve(self._candidates(query), config)
 
     def _candidates(self, query: str) -> Candidates:
         key = (query, self.ws.store.generation(), self.ws.embedder.key)
@@ -305,9 +325,7 @@ class RetrievalLab:
     # -- scratch indexes ----------------------------------------------------------------------
 
     def _needs_scratch(self, cfg: ev.EvalConfig) -> bool:
-        s = self.ws.settings
-        target = cfg.chunk_target if cfg.chunk_target is not None else s.chunk_target
-        overlap = cfg.chunk_overlap if cfg.chunk_overlap is not None else s.chunk_overlap
+        target, overlap = cfg.chunk_target, cfg.chunk_overlap
         docs = self.ws.store.list_documents()
         return any(
             (d["chunk_target"], d["chunk_overlap"])
@@ -320,10 +338,9 @@ class RetrievalLab:
     ) -> tuple[ev.EvalResult, int, int]:
         qset = self.sets.get(set_name)
         s = self.ws.settings
-        target = cfg.chunk_target if cfg.chunk_target is not None else s.chunk_target
-        overlap = cfg.chunk_overlap if cfg.chunk_overlap is not None else s.chunk_overlap
+        target, overlap = cfg.chunk_target, cfg.chunk_overlap
         folder = Path(tempfile.mkdtemp(prefix="marginalia-sweep-"))
-        scratch = Store(folder / "scratch.db")
+        scratch = open_sqlite(folder / "scratch.db")
         try:
             chunks, embedded = self._build_scratch(
                 scratch, target, overlap, progress=progress, cancel=cancel
@@ -336,7 +353,7 @@ class RetrievalLab:
             shutil.rmtree(folder, ignore_errors=True)
 
     def _build_scratch(
-        self, scratch: Store, target: int, overlap: int, *, progress=None, cancel=None
+        self, scratch: LibraryStore, target: int, overlap: int, *, progress=None, cancel=None
     ) -> tuple[int, int]:
         store, emb = self.ws.store, self.ws.embedder
         docs = [d for d in store.list_documents()

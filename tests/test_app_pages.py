@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.lab import RetrievalLab
 from marginalia_core.providers.embeddings.local import DEFAULT_THRESHOLD
 from marginalia_core.store.sqlite import Store
 
@@ -430,7 +431,7 @@ def test_inspector_explains_every_candidate_with_a_threshold_and_histogram(app_e
         "returned", "document", "page", "hybrid score", "hybrid rank", "cosine",
         "meaning rank", "bm25", "keyword rank", "passes", "excerpt",
     ]
-    explained = workspace.lab.explain(FERMAT)
+    explained = RetrievalLab(workspace).explain(FERMAT)
     assert len(table) == len(explained) == total  # a small library: every passage is a candidate
     assert table["hybrid score"].is_monotonic_decreasing  # hybrid: ordered by its score
     assert table["hybrid rank"].tolist() == list(range(1, total + 1))

@@ -13,7 +13,8 @@ BASE = {"config", "errors", "events", "citations", "registry", "__init__"}
 # lower number = lower layer; a module may import its own layer and those below
 LAYERS = {"base": 0, "store": 1, "providers": 2, "retrieval": 3, "ingest": 3, "chat": 4,
           "top": 5}
-TOP = {"workspace", "cli", "lab", "__main__"}
+# api/: the HTTP API and the MCP server, surfaces beside the CLI
+TOP = {"workspace", "cli", "lab", "__main__", "api"}
 
 
 def layer_of(dotted: str) -> str:
@@ -41,6 +42,132 @@ def imports(path: Path) -> list[tuple[str, int]]:
 
 def core_modules() -> list[Path]:
     return sorted(CORE.rglob("*.py"))
+
+
+def surface_files() -> list[Path]:
+    """Everything that runs in the app or the CLI: the core, the app's shared modules, the page
+    scripts and app.py."""
+    return [*core_modules(), *sorted((ROOT / "marginalia_app").rglob("*.py")),
+            *sorted((ROOT / "pages").glob("*.py")), ROOT / "app.py"]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Line numbers inside ``if TYPE_CHECKING:`` blocks (imports for the type checker only)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def runtime_imports(path: Path, known: set[str], *, typing_too: bool = False) -> set[str]:
+    """The project modules ``path`` imports when it runs, at the top or inside a function
+    (``if TYPE_CHECKING:`` blocks excluded). ``from package import submodule`` counts as the
+    submodule; an imported module's parent packages are not counted as edges."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = set() if typing_too else _type_checking_lines(tree)
+    me = module_name(path)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+                package = package[: len(package) - node.level + 1]
+                base = ".".join([*package, *([base] if base else [])])
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    found.add(f"{base}.{alias.name}")
+                elif base in known:
+                    found.add(base)
+    found.discard(me)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = [p for p in surface_files() if p.parent != ROOT / "pages" and p.name != "app.py"]
+    known = {module_name(p) for p in files}
+    return {module_name(p): runtime_imports(p, known) for p in files}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    """The check below can fail: a two-module and a three-module loop are both reported."""
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c", "a"}, "f": {"a"}}
+    assert sorted(find_cycles(graph)) == [["a", "b"], ["c", "d", "e"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    """No exemptions: lazy imports inside functions count; only TYPE_CHECKING ones do not."""
+    graph = import_graph()
+    assert "marginalia_core.workspace" in graph and graph["marginalia_core.workspace"]
+    assert find_cycles(graph) == []
+
+
+BACKENDS = ("marginalia_core.store.sqlite", "marginalia_core.store.postgres")
+
+
+def test_only_the_store_names_a_backend_or_runs_sql():
+    """Nothing outside store/ imports store.sqlite / store.postgres or touches ``.conn``
+    (the portable SQL connection): the layers above use store methods."""
+    store_dir = CORE / "store"
+    known = {module_name(p) for p in surface_files()} | set(BACKENDS)
+    wrong = []
+    for path in surface_files():
+        if store_dir in path.parents:
+            continue
+        rel = path.relative_to(ROOT)
+        wrong += [f"{rel} imports {m}" for m in runtime_imports(path, known, typing_too=True)
+                  & set(BACKENDS)]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        wrong += [f"{rel}:{n.lineno} uses .conn" for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and n.attr == "conn"]
+    assert wrong == []
 
 
 def test_core_imports_only_point_down():
@@ -95,11 +222,13 @@ def test_every_module_the_architecture_table_names_exists():
     doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     missing = []
     for row in _doc_table_rows(doc):
+        # a row about a folder may name its modules relative to it
+        folders = [f for f in re.findall(r"`([^`]+/)`", row[0])]
         for cell in row[:2]:
             for name in re.findall(r"`([^`]+)`", cell):
                 if not name.endswith((".py", "/")):
                     continue
-                candidates = [CORE / name, ROOT / name]
+                candidates = [CORE / name, ROOT / name, *(ROOT / f / name for f in folders)]
                 if not any(p.exists() for p in candidates):
                     missing.append(name)
     assert missing == []

@@ -86,8 +86,8 @@ def _serve(tmp: Path, **extra_env: str):
         MARGINALIA_EMBEDDER="local",
         MARGINALIA_ANSWERER="extractive",
         HF_HUB_OFFLINE="1",
-        **extra_env,
     )
+    env.update(extra_env)  # may replace the defaults above (another answerer)
     log = open(tmp / "streamlit.log", "wb")  # noqa: SIM115 - closed in teardown
     proc = subprocess.Popen(
         [

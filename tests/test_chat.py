@@ -22,6 +22,8 @@ from marginalia_core.providers.answerers.prompting import (
 from marginalia_core.providers.gemini_client import KEY_REJECTED, RetryPolicy
 from marginalia_core.workspace import Workspace
 
+pytestmark = pytest.mark.both_backends
+
 MILL = (
     "The mill was built in 1851 by the Carter family on the banks of the Mill River. "
     "It ground wheat for the whole valley for more than sixty years.\n\n"

@@ -35,8 +35,10 @@ import pytest
 from marginalia_core.chat.engine import ChatEngine
 from marginalia_core.ingest.pipeline import ingest_bytes, reindex_document
 from marginalia_core.retrieval.retriever import Retriever
+from marginalia_core.store import open_store
 from marginalia_core.store.base import LibraryStore as Store
-from marginalia_core.store.base import open_store
+
+pytestmark = pytest.mark.both_backends
 
 SOAK_SECONDS = float(os.environ.get("MARGINALIA_SOAK_SECONDS", "60"))
 THREADS = 8

@@ -34,6 +34,8 @@ from marginalia_core.providers.embeddings.local import BATCH_SIZE
 from marginalia_core.store.base import is_postgres_url
 from marginalia_core.store.sqlite import Store
 
+pytestmark = pytest.mark.both_backends
+
 try:
     from marginalia_core.store.postgres import PostgresStore
 except ImportError:  # PostgreSQL runs are skipped then (conftest's pg_server)

@@ -62,8 +62,8 @@ def resaved(data: bytes) -> bytes:
 
 @pytest.fixture
 def book_settings(settings: Settings) -> Settings:
-    return replace(settings, chunk_target=CHUNK_TARGET, chunk_overlap=100,
-                   embed_while_reading=True)
+    return settings.with_overrides(chunk_target=CHUNK_TARGET, chunk_overlap=100,
+                                   embed_while_reading=True)
 
 
 def embedding_events(events_: list[dict]) -> list[dict]:

@@ -12,10 +12,12 @@ import threading
 import pytest
 
 from marginalia_core import cli
+from marginalia_core.config import RETRIEVAL_MODES
 from marginalia_core.ingest.pipeline import ingest_bytes, reindex_document
+from marginalia_core.lab import RetrievalLab
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval import lexical
-from marginalia_core.retrieval.retriever import RankedChunk
+from marginalia_core.retrieval.retriever import Hit
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet
 
 DOCS = {
@@ -45,7 +47,7 @@ def library(workspace):
         assert events[-1]["type"] == "done", events[-1]
     qset = QuestionSet("docs", [Question(q, (Judgment(d),), f"q{n}")
                                 for n, (q, d) in enumerate(QUESTIONS, 1)])
-    workspace.lab.save_set(qset)
+    RetrievalLab(workspace).save_set(qset)
     return workspace
 
 
@@ -82,19 +84,17 @@ def test_nothing_returned_has_no_precision_and_zero_recall():
 def test_document_level_judgments_collapse_passages_to_documents():
     """BEIR scores documents: a document's second passage must not take a rank."""
     q = Question("q", (Judgment("b"),), "q1")
-    chunks = {1: {"document_name": "a", "document_id": "a"},
-              2: {"document_name": "a", "document_id": "a"},
-              3: {"document_name": "b", "document_id": "b"}}
-    ranked = [RankedChunk(c, 0.5, 0.0, 0.0, 0.0, c, None, c, False) for c in (1, 2, 3)]
-    assert ev.score_question(q, ev._units(ranked, q, chunks), 6).first_relevant_rank == 2
+    hits = [Hit(chunk_id=c, document_id=d, document_name=d, idx=0, page_start=1, page_end=1,
+                score=0.5, content="", rank=c) for c, d in ((1, "a"), (2, "a"), (3, "b"))]
+    assert ev.score_question(q, ev._units(hits, q), 6).first_relevant_rank == 2
 
 
 # --- on a real library -----------------------------------------------------------------------
 
 
 def test_evaluate_each_mode_on_a_real_library(library):
-    for mode in ev.MODES:
-        res = library.lab.evaluate("docs", ev.EvalConfig(mode=mode, threshold=0.0, top_k=3))
+    for mode in RETRIEVAL_MODES:
+        res = RetrievalLab(library).evaluate("docs", ev.EvalConfig(mode=mode, threshold=0.0, top_k=3))
         assert res.metrics["questions"] == 4
         assert res.metrics["hit@1"] == 1.0, (mode, [q.first_relevant_rank for q in res.questions])
         assert res.metrics["ndcg@10"] == pytest.approx(1.0)
@@ -114,8 +114,8 @@ def test_beir_figure_equals_the_benchmark_computation(library, tmp_path):
               (3, "volcano.md", 1), (4, "mill.md", 1)]
     (tmp_path / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
         f"q{q}\t{names[d]}\t{g}\n" for q, d, g in grades), encoding="utf-8")
-    library.lab.import_set(tmp_path / "queries.jsonl", qrels=tmp_path / "test.tsv", name="beir")
-    ours = library.lab.evaluate("beir", ev.EvalConfig(mode="hybrid", threshold=-1.0, top_k=10))
+    RetrievalLab(library).import_set(tmp_path / "queries.jsonl", qrels=tmp_path / "test.tsv", name="beir")
+    ours = RetrievalLab(library).evaluate("beir", ev.EvalConfig(mode="hybrid", threshold=-1.0, top_k=10))
 
     qrels: dict[str, dict[str, int]] = {}
     for q, d, g in grades:
@@ -137,21 +137,21 @@ def test_judgments_saved_from_the_inspector_survive_reindexing(library):
     query = "What is the secret ingredient of the compost?"
     hit = next(h for h in ws.retriever.search(query, threshold=-1.0, k=20)
                if "eggshell" in h.content)
-    ws.lab.add_question("inspector", query, [hit.chunk_id])
-    before = ws.lab.evaluate("inspector", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+    RetrievalLab(ws).add_question("inspector", query, [hit.chunk_id])
+    before = RetrievalLab(ws).evaluate("inspector", ev.EvalConfig(mode="hybrid", threshold=-1.0))
     assert before.questions[0].first_relevant_rank == 1
     doc = next(d for d in ws.store.list_documents() if d["name"] == "garden.md")
     events = list(reindex_document(ws.store, ws.embedder, ws.settings, doc["id"], target=500,
                                    overlap=50))
     assert events[-1]["type"] == "done"
     assert hit.chunk_id not in ws.store.chunks_by_ids([hit.chunk_id])  # ids are gone
-    after = ws.lab.evaluate("inspector", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+    after = RetrievalLab(ws).evaluate("inspector", ev.EvalConfig(mode="hybrid", threshold=-1.0))
     assert after.questions[0].first_relevant_rank == 1
     assert after.questions[0].found == before.questions[0].found
 
 
 def test_threshold_sweep_in_one_pass(library):
-    sweep = library.lab.threshold_sweep("docs", mode="dense", top_k=3)
+    sweep = RetrievalLab(library).threshold_sweep("docs", mode="dense", top_k=3)
     pts = {p.threshold: p for p in sweep.points}
     assert pts[-0.1].answered == 1.0 and pts[-0.1].recall == 1.0
     assert pts[0.8].returned == 0.0 and pts[0.8].recall == 0.0
@@ -163,7 +163,7 @@ def test_threshold_sweep_in_one_pass(library):
 
 
 def test_weight_sweep_covers_the_grid_and_the_default(library):
-    sweep = library.lab.weight_sweep("docs", ev.EvalConfig(threshold=-1.0, top_k=3))
+    sweep = RetrievalLab(library).weight_sweep("docs", ev.EvalConfig(threshold=-1.0, top_k=3))
     assert [p.alpha for p in sweep.points] == [*ev.WEIGHT_GRID, None]
     assert sweep.best in [p.alpha for p in sweep.points]
     for p in sweep.points:
@@ -172,10 +172,10 @@ def test_weight_sweep_covers_the_grid_and_the_default(library):
 
 def test_compare_two_saved_configurations(library):
     ws = library
-    ws.lab.save_config("strict", ev.EvalConfig(mode="dense", threshold=0.9, top_k=3))
-    ws.lab.save_config("open", ev.EvalConfig(mode="hybrid", threshold=-1.0, top_k=3))
-    assert set(ws.lab.configs()) == {"strict", "open"}
-    cmp = ws.lab.compare("docs", "strict", "open")
+    RetrievalLab(ws).save_config("strict", ev.EvalConfig(mode="dense", threshold=0.9, top_k=3))
+    RetrievalLab(ws).save_config("open", ev.EvalConfig(mode="hybrid", threshold=-1.0, top_k=3))
+    assert set(RetrievalLab(ws).configs()) == {"strict", "open"}
+    cmp = RetrievalLab(ws).compare("docs", "strict", "open")
     assert cmp.b.metrics["recall@3"] == 1.0
     assert cmp.a.metrics["recall@3"] < 1.0  # 0.9 cuts relevant passages
     assert cmp.better >= 1 and cmp.worse == 0
@@ -191,19 +191,19 @@ def test_chunk_sweep_embeds_only_new_text_and_can_be_cancelled(library, tmp_path
     ws = library
     progress = []
     grid = [(60, 10), (1400, 200)]
-    first = ws.lab.chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3),
+    first = RetrievalLab(ws).chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3),
                                progress=progress.append)
     small, default = first.points
     assert small.chunks > default.chunks == len(DOCS)
     assert small.embedded_now > 0 and default.embedded_now == 0  # the library's own vectors
     assert any(e["stage"] == "embed" for e in progress)
-    again = ws.lab.chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3))
+    again = RetrievalLab(ws).chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3))
     assert [p.embedded_now for p in again.points] == [0, 0]
     assert [p.result.metrics for p in again.points] == [p.result.metrics for p in first.points]
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(ev.Cancelled):
-        ws.lab.chunk_sweep("docs", [(90, 10)], cancel=cancel)
+        RetrievalLab(ws).chunk_sweep("docs", [(90, 10)], cancel=cancel)
     assert not list(tmp_path.glob("marginalia-sweep-*"))  # scratch indexes removed
 
 
@@ -219,9 +219,10 @@ def test_explain_reranks_by_keyword_weight_without_embedding_again(library):
     ws.embedder.embed_query = counting
     try:
         query = "fan stalled error code"
-        rows = ws.lab.explain(query)
-        keyword_only = ws.lab.explain(query, alpha=0.0)
-        dense_only = ws.lab.explain(query, alpha=1.0)
+        lab = RetrievalLab(ws)
+        rows = lab.explain(query)
+        keyword_only = lab.explain(query, alpha=0.0)
+        dense_only = lab.explain(query, alpha=1.0)
     finally:
         del ws.embedder.embed_query
     assert calls == [query]  # the slider re-ranks cached candidates
@@ -309,8 +310,8 @@ def test_scifact_slice_eval_matches_the_benchmark(workspace, tmp_path):
     tsv = tmp_path / "test.tsv"
     tsv.write_text("query-id\tcorpus-id\tscore\n" + "".join(
         f"{q}\t{d}\t{g}\n" for q, r in qrels.items() for d, g in r.items()), encoding="utf-8")
-    workspace.lab.import_set(data / "queries.jsonl", qrels=tsv, name="slice")
-    ours = workspace.lab.evaluate("slice", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+    RetrievalLab(workspace).import_set(data / "queries.jsonl", qrels=tsv, name="slice")
+    ours = RetrievalLab(workspace).evaluate("slice", ev.EvalConfig(mode="hybrid", threshold=-1.0))
 
     queries = scifact_eval.load_queries()
     run = {}
@@ -348,11 +349,11 @@ def test_a_text_files_ticked_passage_names_no_page_in_tables_or_exports(workspac
     pages = (str(wheel.page_start) if wheel.page_start == wheel.page_end
              else f"{wheel.page_start}-{wheel.page_end}")
 
-    workspace.lab.add_question("pages", "What do the notes say?", [md.chunk_id], by="page")
-    workspace.lab.add_question("pages", "What destroyed the wheel?", [wheel.chunk_id], by="page")
-    result = workspace.lab.evaluate("pages", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+    RetrievalLab(workspace).add_question("pages", "What do the notes say?", [md.chunk_id], by="page")
+    RetrievalLab(workspace).add_question("pages", "What destroyed the wheel?", [wheel.chunk_id], by="page")
+    result = RetrievalLab(workspace).evaluate("pages", ev.EvalConfig(mode="hybrid", threshold=-1.0))
     labels = [x for q in result.questions for x in (*q.found, *q.missed)]
     assert sorted(labels) == [pdf_judgment.label, "notes.md"]
-    csv_rows = workspace.lab.export_set("pages", "csv").splitlines()
+    csv_rows = RetrievalLab(workspace).export_set("pages", "csv").splitlines()
     assert "What do the notes say?,notes.md," in csv_rows
     assert f"What destroyed the wheel?,mill.pdf,{pages}" in csv_rows

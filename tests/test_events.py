@@ -50,8 +50,7 @@ def test_cli_ask_and_ingest_output_matches_the_contract(tmp_path):
     from conftest import offline_cli_env
 
     doc = tmp_path / "mill.txt"
-    doc.write_text("The old mill by the river was built in 1851 from local stone.\n\n"
-                   "It ground wheat for the village until 1912.", encoding="utf-8")
+    doc.write_bytes(MILL)
 
     def run(*args):
         proc = subprocess.run([sys.executable, "-m", "marginalia_core", *args, "--db",
@@ -59,17 +58,41 @@ def test_cli_ask_and_ingest_output_matches_the_contract(tmp_path):
                               env=offline_cli_env(), timeout=300)
         return [json.loads(line) for line in proc.stdout.splitlines()]
 
-    ingest = run("ingest", str(doc))
+    _check_contract(run("ingest", str(doc)), run("ask", "When was the mill built?"))
+
+
+def test_api_upload_and_chat_streams_match_the_contract(tmp_path):
+    """``marginalia serve``: the same events, byte for byte the same keys, as the CLI's."""
+    from api_server import ApiServer, ndjson, server_env
+
+    with ApiServer(server_env(tmp_path / "api.db")) as server, server.client() as client:
+        with client.stream("POST", "/api/documents", files={"file": ("mill.txt", MILL)}) as r:
+            assert r.headers["content-type"].startswith("application/x-ndjson")
+            ingest = ndjson(r)
+        with client.stream("POST", "/api/chat",
+                           json={"message": "When was the mill built?"}) as r:
+            asked = ndjson(r)
+        refused = client.post("/api/chat", json={"message": ""}).json()
+    _check_contract(ingest, asked)
+    assert set(refused) == {"type", "message", "reason"} and refused["type"] == "error"
+
+
+MILL = (b"The old mill by the river was built in 1851 from local stone.\n\n"
+        b"It ground wheat for the village until 1912.")
+
+
+def _check_contract(ingest: list[dict], asked: list[dict]) -> None:
     assert {e["type"] for e in ingest} <= {"stage", "done"} and ingest[-1]["type"] == "done"
     assert set(ingest[-1]) >= {"type", "file", "document", "duplicate"}
-    asked = run("ask", "When was the mill built?")
     meta, *tokens, done = asked
     assert set(meta) == {"type", "conversationId", "title", "sources", "query", "documents"}
     assert set(meta["sources"][0]) == {"n", "chunkId", "documentId", "documentName", "idx",
                                        "page", "pageEnd", "score", "excerpt", "content", "ocr"}
     assert tokens and all(set(t) == {"type", "text"} for t in tokens)
     assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations",
-                         "answer", "sources"}
+                         "answer", "sources", "support"}
+    assert done["support"] and set(done["support"][0]) == {"sentence", "marks", "score",
+                                                           "supported"}
     for event in ingest + asked:
         bad = {k for k in _keys(event, set()) if not CAMEL.match(k)}
         assert not bad, f"non-camelCase keys on the wire: {bad}"

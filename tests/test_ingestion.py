@@ -10,6 +10,8 @@ from marginalia_core.config import Settings
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path, safe_name
 from marginalia_core.providers.embeddings.gemini import GeminiEmbedder
 
+pytestmark = pytest.mark.both_backends
+
 TEXT = (
     "Marginalia are notes written in the margins of a book.\n\n"
     "Medieval scribes added glosses beside the text. " * 40
@@ -152,11 +154,11 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
     data = long_pdf(12)
     s = workspace.settings
     emb = workspace.embedder
-    early = _EarlyEmbeddings(emb, EmbeddingCache(workspace.store, emb.key), s.chunk_target,
-                             s.chunk_overlap)
+    early = _EarlyEmbeddings(emb, EmbeddingCache(workspace.store, emb.key),
+                             s.retrieval.chunk_target, s.retrieval.chunk_overlap)
     extracted = extract("book.pdf", data, on_page=lambda _d, _t, text: early.add_page(text))
-    chunks = chunk_text(extracted.text, target=s.chunk_target, overlap=s.chunk_overlap,
-                        page_starts=extracted.page_starts)
+    chunks = chunk_text(extracted.text, target=s.retrieval.chunk_target,
+                        overlap=s.retrieval.chunk_overlap, page_starts=extracted.page_starts)
     texts = {c.text for c in chunks}
     waiting = early.finish("book.pdf", texts, _EmbeddingProgress("book.pdf", len(texts), 0))
     progress = []

@@ -11,6 +11,7 @@ from conftest import ROOT, SAMPLES
 from streamlit.testing.v1 import AppTest
 
 from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.lab import RetrievalLab
 from marginalia_core.retrieval import evaluation as ev
 
 APP = str(ROOT / "app.py")
@@ -85,7 +86,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     ws = app_env
     at = start()
     make_set(at)
-    qset = ws.lab.get_set("mine")
+    qset = RetrievalLab(ws).get_set("mine")
     assert [q.text for q in qset.questions] == [q for q, _ in QUESTIONS]
     assert [q.judgments[0].document for q in qset.questions] == [d for _, d in QUESTIONS]
     assert all(j.span_start is not None for q in qset.questions for j in q.judgments)
@@ -94,7 +95,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     assert at.selectbox(key="inspector_set").value == "mine"
     at.button(key="inspector_evaluate").click().run()
     assert not at.exception
-    expected = ws.lab.evaluate("mine", ev.EvalConfig(
+    expected = RetrievalLab(ws).evaluate("mine", ev.EvalConfig(
         mode="hybrid", threshold=ws.retriever.threshold, top_k=6, alpha=0.55))
     shown = {m.label: m.value for m in at.metric}
     assert shown["Ranking (nDCG@10)"] == f"{expected.metrics['ndcg@10']:.3f}"
@@ -109,7 +110,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
 
     at.button(key="inspector_sweep_t").click().run()
     assert not at.exception
-    sweep = ws.lab.threshold_sweep("mine", mode="hybrid", top_k=6, alpha=0.55)
+    sweep = RetrievalLab(ws).threshold_sweep("mine", mode="hybrid", top_k=6, alpha=0.55)
     assert any(f"suggested {sweep.suggested:.2f}" in m.value for m in at.markdown)
     assert len(at.get("vega_lite_chart")) >= 1
     at.button(key="inspector_use_suggested").click().run()
@@ -124,7 +125,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     at.text_input(key="inspector_cfg_name").input("strict dense").run()
     at.button(key="inspector_save_cfg").click().run()
     assert not at.exception
-    saved = ws.lab.configs()
+    saved = RetrievalLab(ws).configs()
     assert set(saved) == {"suggested", "strict dense"}
     assert (saved["strict dense"].mode, saved["strict dense"].threshold) == ("dense", 0.6)
 
@@ -133,7 +134,7 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     at.selectbox(key="inspector_cfg_b").set_value("suggested").run()
     at.button(key="inspector_compare").click().run()
     assert not at.exception
-    cmp = ws.lab.compare("mine", "strict dense", "suggested")
+    cmp = RetrievalLab(ws).compare("mine", "strict dense", "suggested")
     deltas = next(d.value for d in at.dataframe if "rank in A" in d.value.columns)
     assert ranks(deltas["rank in A"]) == [d.rank_a for d in cmp.deltas]
     assert ranks(deltas["rank in B"]) == [d.rank_b for d in cmp.deltas]
@@ -153,7 +154,7 @@ def test_apply_to_chat_and_controls_survive_navigation(app_env):
     assert not at.exception
     assert at.success and "Chat now uses these settings" in at.success[0].value
     assert at.button(key="inspector_apply").disabled  # applied: nothing to apply
-    assert ws.applied_settings()["retrieval_mode"] == "lexical"
+    assert ws.applied_settings()["mode"] == "lexical"
     assert ws.applied_settings()["top_k"] == 2
 
     at.switch_page(CHAT).run()
@@ -191,7 +192,7 @@ def test_keyword_weight_and_passage_size_sweeps(app_env):
     charts_before = len(at.get("vega_lite_chart"))
     at.button(key="inspector_sweep_w").click().run()
     assert not at.exception
-    sweep = ws.lab.weight_sweep("sizes", ws.lab.default_config())
+    sweep = RetrievalLab(ws).weight_sweep("sizes", RetrievalLab(ws).default_config())
     best = 0.55 if sweep.best is None else sweep.best
     assert f"**Keyword weight sweep** · best {1 - best:.2f}" in [m.value for m in at.markdown]
     assert len(at.get("vega_lite_chart")) == charts_before + 1

@@ -19,8 +19,11 @@ from pdf_maker import long_pdf, text_pdf
 
 from marginalia_core.cli import main as cli_main
 from marginalia_core.ingest.jobs import Job, JobQueue, Upload
-from marginalia_core.store.base import LibraryStore, open_store
+from marginalia_core.store import open_store
+from marginalia_core.store.base import LibraryStore
 from marginalia_core.workspace import Workspace
+
+pytestmark = pytest.mark.both_backends
 
 WAIT_S = 300  # a bound on waiting, never an assertion about speed
 TEXT = ("Marginalia are notes written in the margins of a book. " * 60).encode()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from marginalia_core.ingest.pipeline import ingest_bytes
+from marginalia_core.lab import RetrievalLab
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.store import migrations
 from marginalia_core.store.question_sets import QuestionSetError
@@ -46,12 +47,12 @@ def test_apply_to_chat_changes_what_chat_retrieves_and_survives_a_restart(librar
                                                                          local_embedder):
     ws = library
     question = "How do bees find flowers?"
-    assert ws.settings.top_k == 6 and ws.settings.retrieval_mode == "hybrid"
+    assert ws.settings.retrieval.top_k == 6 and ws.settings.retrieval.mode == "hybrid"
     config = ev.EvalConfig(mode="dense", threshold=0.99, top_k=2, alpha=0.3)
-    events = list(ws.lab.apply(config))
+    events = list(RetrievalLab(ws).apply(config))
     assert events == []  # same chunking: nothing to re-index
-    assert (ws.settings.retrieval_mode, ws.settings.threshold, ws.settings.top_k,
-            ws.settings.fusion_alpha) == ("dense", 0.99, 2, 0.3)
+    assert (ws.settings.retrieval.mode, ws.settings.retrieval.threshold, ws.settings.retrieval.top_k,
+            ws.settings.retrieval.alpha) == ("dense", 0.99, 2, 0.3)
     assert ws.retriever.settings is ws.settings
     # a threshold no passage reaches: Chat now says it found nothing, without a model call
     chat = list(ws.ask(question))
@@ -61,14 +62,14 @@ def test_apply_to_chat_changes_what_chat_retrieves_and_survives_a_restart(librar
 
     fresh = reopen(ws, local_embedder)
     try:
-        assert fresh.settings.threshold == 0.99 and fresh.settings.top_k == 2
-        assert fresh.lab.applied() == ev.EvalConfig(
+        assert fresh.settings.retrieval.threshold == 0.99 and fresh.settings.retrieval.top_k == 2
+        assert RetrievalLab(fresh).applied() == ev.EvalConfig(
             mode="dense", threshold=0.99, top_k=2, alpha=0.3,
-            chunk_target=ws.defaults.chunk_target, chunk_overlap=ws.defaults.chunk_overlap,
+            chunk_target=ws.defaults.retrieval.chunk_target, chunk_overlap=ws.defaults.retrieval.chunk_overlap,
             embedder=local_embedder.key,
         )
-        assert fresh.defaults.threshold is None  # the environment is untouched
-        list(fresh.lab.apply(ev.EvalConfig(mode="hybrid", threshold=0.0, top_k=1)))
+        assert fresh.defaults.retrieval.threshold is None  # the environment is untouched
+        list(RetrievalLab(fresh).apply(ev.EvalConfig(mode="hybrid", threshold=0.0, top_k=1)))
         meta = next(iter(fresh.ask(question)))
         assert len(meta["sources"]) == 1
         assert meta["sources"][0]["document_name"] == "bees.md"
@@ -79,7 +80,7 @@ def test_apply_to_chat_changes_what_chat_retrieves_and_survives_a_restart(librar
 def test_apply_with_another_chunking_reindexes_every_document(library, local_embedder):
     ws = library
     before = {d["name"]: d["chunk_count"] for d in ws.documents()}
-    events = list(ws.lab.apply(ev.EvalConfig(mode="hybrid", top_k=4, chunk_target=200,
+    events = list(RetrievalLab(ws).apply(ev.EvalConfig(mode="hybrid", top_k=4, chunk_target=200,
                                              chunk_overlap=20)))
     assert [e["type"] for e in events].count("done") == len(DOCS)
     docs = ws.documents()
@@ -91,13 +92,13 @@ def test_apply_with_another_chunking_reindexes_every_document(library, local_emb
     extra = next(d for d in ws.documents() if d["name"] == "extra.md")
     assert (extra["chunk_target"], extra["chunk_overlap"]) == (200, 20)
     # applying the same again re-indexes nothing
-    assert list(ws.lab.apply(ws.lab.applied())) == []
+    assert list(RetrievalLab(ws).apply(RetrievalLab(ws).applied())) == []
 
 
 def test_restoring_the_defaults(library):
     ws = library
-    list(ws.lab.apply(ev.EvalConfig(mode="lexical", top_k=3)))
-    assert ws.settings.retrieval_mode == "lexical"
+    list(RetrievalLab(ws).apply(ev.EvalConfig(mode="lexical", top_k=3)))
+    assert ws.settings.retrieval.mode == "lexical"
     assert list(ws.apply_settings({})) == []
     assert ws.settings == ws.defaults
     assert ws.applied_settings() == {}
@@ -113,7 +114,7 @@ def test_a_bad_setting_is_refused_and_nothing_is_saved(library):
 
 
 def test_import_an_uploaded_csv_and_a_beir_pair(library):
-    lab = library.lab
+    lab = RetrievalLab(library)
     csv = b"question,document,page\nHow do bees find flowers?,bees.md,1\nWho dressed the stones?,mill.md,\n"
     summary = lab.import_upload({"mine.csv": csv}, name="uploaded")
     assert (summary.name, summary.questions) == ("uploaded", 2)
@@ -139,10 +140,11 @@ def test_the_fusion_weight_setting_orders_hybrid_results(library, local_embedder
     ws = Workspace(load_settings(env=env))
     ws.__dict__["embedder"] = local_embedder
     try:
-        assert ws.settings.fusion_alpha == 0.1
+        assert ws.settings.retrieval.alpha == 0.1
         cands = ws.retriever.candidates("millstones flour")
         expected = [r.chunk_id for r in cands.table(0.1)]
-        got = [r.chunk_id for r in ws.retriever.rank(cands, mode="hybrid", threshold=-1.0)]
+        got = [h.chunk_id for h in ws.retriever.retrieve(
+            cands, ws.retriever.config(mode="hybrid", threshold=-1.0), top_k=False)]
         assert got == expected
         assert [r.fused for r in cands.table(0.1)] != [r.fused for r in cands.table(None)]
     finally:
@@ -154,11 +156,11 @@ def test_settings_applied_elsewhere_reach_a_running_workspace(library, local_emb
     applies, the other's Chat retrieves with on its next question."""
     other = reopen(library, local_embedder)
     try:
-        assert other.retriever.settings.top_k == 6
-        list(library.lab.apply(ev.EvalConfig(mode="dense", threshold=0.0, top_k=1)))
+        assert other.retriever.settings.retrieval.top_k == 6
+        list(RetrievalLab(library).apply(ev.EvalConfig(mode="dense", threshold=0.0, top_k=1)))
         meta = next(iter(other.ask("How do bees find flowers?")))
         assert len(meta["sources"]) == 1
         assert other.retriever.settings is other.settings
-        assert other.settings.top_k == 1 and other.settings.retrieval_mode == "dense"
+        assert other.settings.retrieval.top_k == 1 and other.settings.retrieval.mode == "dense"
     finally:
         other.close()

@@ -11,6 +11,8 @@ import pytest
 from marginalia_core.store import question_sets as qs
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet, QuestionSets
 
+pytestmark = pytest.mark.both_backends
+
 
 @pytest.fixture
 def sets(store) -> QuestionSets:
@@ -170,10 +172,11 @@ def test_saved_configurations(sets):
 def test_applied_settings_replace_each_other(sets):
     """Migration m010 / p003: the lab's applied settings are one JSON value per key, replaced
     as a whole (a None value is left out, so that setting falls back to its default)."""
-    assert sets.applied_settings() == {}
-    sets.apply_settings({"retrieval_mode": "lexical", "top_k": 7, "min_score": None})
-    assert sets.applied_settings() == {"retrieval_mode": "lexical", "top_k": 7}
-    sets.apply_settings({"top_k": 3})
-    assert sets.applied_settings() == {"top_k": 3}
-    sets.apply_settings({})
-    assert sets.applied_settings() == {}
+    store = sets.store
+    assert store.library_settings() == {}
+    store.save_library_settings({"retrieval_mode": "lexical", "top_k": 7, "min_score": None})
+    assert store.library_settings() == {"retrieval_mode": "lexical", "top_k": 7}
+    store.save_library_settings({"top_k": 3})
+    assert store.library_settings() == {"top_k": 3}
+    store.save_library_settings({})
+    assert store.library_settings() == {}

@@ -10,6 +10,8 @@ from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.ranking import Scored
 from marginalia_core.retrieval.retriever import cosine_lookup
 
+pytestmark = pytest.mark.both_backends
+
 DOCS = {
     "bees.md": "Honey bees communicate the location of flowers with a waggle dance. "
     "The angle of the dance encodes the direction relative to the sun.",
@@ -119,3 +121,50 @@ def test_candidates_carry_the_query_phrase_and_the_table_shows_it(indexed):
                            coverage=dict(zip(cands.chunk_ids, cands.coverage)))
     for c, score in without:
         assert rows[c].fused == pytest.approx(score + lexical.PHRASE_WEIGHT * shares.get(c, 0.0))
+
+
+class _Reverse:
+    """A test reranker: the passing passages in reverse order (reads their text, as a real
+    reranker would)."""
+
+    seen: list[int] = []
+
+    def __init__(self, embedder):
+        self.embedder = embedder
+
+    def rerank(self, query, ranked, passages):
+        rows = passages([r.chunk_id for r in ranked])
+        _Reverse.seen = [c for c in rows if rows[c]["content"]]
+        return list(reversed(ranked))
+
+
+def test_a_reranker_reaches_chat_the_inspector_and_the_metrics_alike(indexed, monkeypatch):
+    """One retrieval path: the rerank step chosen by RetrievalConfig.reranker changes what
+    Chat's search, the Inspector's search and the evaluation rank, all three at once."""
+    from marginalia_core.lab import RetrievalLab
+    from marginalia_core.retrieval import evaluation as ev
+    from marginalia_core.retrieval import rerank
+    from marginalia_core.store.question_sets import Judgment, Question, QuestionSet
+
+    monkeypatch.setitem(rerank.RERANKERS, "reverse-test", _Reverse)
+    ws, lab = indexed, RetrievalLab(indexed)
+    question = "How do bees tell each other where flowers are?"
+    lab.save_set(QuestionSet("bees", [Question(question, (Judgment("bees.md"),), "q1")]))
+    before = [h.chunk_id for h in ws.search(question, threshold=-1.0)]
+    assert ws.search(question)[0].document_name == "bees.md"
+    assert lab.evaluate("bees", ev.EvalConfig(threshold=-1.0)).metrics["hit@1"] == 1.0
+
+    list(ws.apply_settings({"reranker": "reverse-test", "threshold": -1.0}))
+    assert ws.settings.retrieval.reranker == "reverse-test"
+    chat = [h.chunk_id for h in ws.search(question)]
+    assert chat == before[::-1] and sorted(_Reverse.seen) == sorted(before)
+    assert [h.chunk_id for h in lab.search(question)] == chat
+    config = lab.applied()
+    assert config.reranker == "reverse-test"
+    assert lab.evaluate("bees", config).metrics["hit@1"] == 0.0
+
+
+def test_an_unknown_reranker_is_refused_with_the_known_names(indexed):
+    with pytest.raises(ValueError, match="reranker 'nope'.*none"):
+        list(indexed.apply_settings({"reranker": "nope"}))
+    assert indexed.applied_settings() == {}

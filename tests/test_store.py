@@ -17,6 +17,8 @@ from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.store.migrations import applied, migrate, registered
 from marginalia_core.store.sqlite import Store
 
+pytestmark = pytest.mark.both_backends
+
 try:
     import psycopg
 
@@ -391,7 +393,7 @@ def test_ocr_pages_kept_on_the_document_and_its_chunks(store):
 def test_conversation_scope_query_and_keep(store):
     """m006 / p003: a conversation's document scope (KEEP leaves it, None clears it), the
     query searched kept on each answer, and the scope's deleted documents left out."""
-    from marginalia_core.store.sqlite import KEEP
+    from marginalia_core.store.rows import KEEP
 
     a, _, _ = _add(store, "a.txt")
     b, _, _ = _add(store, "b.txt")

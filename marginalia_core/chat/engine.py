@@ -17,7 +17,10 @@ numbered other sources).
 Citations are renumbered when the answer is complete: the sources it cites become [1], [2], ...
 in the order it first cites them, the marks in the text with them (``citations.renumber``); the
 tokens stream with ``meta``'s numbering, and ``done`` carries the final ``answer`` and
-``sources``, which is also what is saved. A conversation can be limited to some documents
+``sources``, which is also what is saved. Every answer, whoever wrote it, is then checked
+sentence by sentence against the passages it cites (``chat.support``, with the local embedder's
+cosine when that is the active embedder; a remote one is never called for it): ``done``'s
+``support`` lists each marked sentence's score, saved with the message. A conversation can be limited to some documents
 (``documents``), kept on the conversation and honoured by every retrieval mode.
 """
 
@@ -29,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from marginalia_core import events
+from marginalia_core.chat.support import check_support
 from marginalia_core.citations import MARK_RE, renumber_sources
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, NotFoundError
@@ -42,7 +46,7 @@ from marginalia_core.providers.answerers.prompting import (
 )
 from marginalia_core.retrieval.retriever import Retriever
 from marginalia_core.store.base import LibraryStore
-from marginalia_core.store.sqlite import KEEP, Keep, new_id
+from marginalia_core.store.rows import KEEP, Keep, new_id
 
 log = logging.getLogger(__name__)
 
@@ -234,9 +238,11 @@ class ChatEngine:
         documents: list[str] | None | Keep,
     ) -> Iterator[events.ChatEvent]:
         answer, keep, valid, invalid = renumber_sources(answer, cast(list[dict], sources))
+        support = [s.as_dict() for s in check_support(answer, keep, self._support_embedder())]
         try:
             _, message = self.store.add_exchange(
-                conversation_id, title, question, answer, keep, query=query, documents=documents
+                conversation_id, title, question, answer, keep, query=query, documents=documents,
+                support=support,
             )
         except Exception as exc:
             log.exception("saving the answer failed")
@@ -253,4 +259,10 @@ class ChatEngine:
             invalid_citations=invalid,
             answer=answer,
             sources=keep,
+            support=support,
         )
+
+    def _support_embedder(self) -> Any:
+        """The embedder the support check may use: the local one only (no network, no cost)."""
+        embedder = self.retriever.embedder
+        return embedder if getattr(embedder, "name", "") == "local" else None

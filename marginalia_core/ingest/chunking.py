@@ -18,8 +18,10 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass
 
-TARGET = 1400
-OVERLAP = 200
+from marginalia_core.config import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TARGET
+
+TARGET = DEFAULT_CHUNK_TARGET
+OVERLAP = DEFAULT_CHUNK_OVERLAP
 # Breaks in the first MIN_FILL of a window are used only if the rest of the window has none.
 MIN_FILL = 0.5
 # An overlap above half the window would put most characters in 3+ chunks (and multiply the

@@ -4,10 +4,9 @@ second one never stops or hides it.
 
 Statuses: ``queued`` -> ``running`` -> ``done`` | ``refused`` | ``cancelled`` | ``failed``; a
 job whose process died (or shut down) mid-way is ``interrupted`` and keeps its bytes until a
-person resumes or discards it. Several processes may share one database (SQLite or PostgreSQL:
-the SQL here is portable, through ``store.conn`` / ``store.write()``): a job is claimed with a
-conditional ``UPDATE ... WHERE id = ? AND status = 'queued'`` whose row count says who won, so
-only one of them runs it.
+person resumes or discards it. Several processes may share one database (SQLite or PostgreSQL;
+the rows are the store's ``ingest_jobs`` methods): a claim is exclusive, so only one of them
+runs a job.
 The document itself is still written in one transaction at the very end of the pipeline, so a
 cancel, a crash or a kill never leaves half a document. Passwords live in this process's memory
 only, never in the database.
@@ -40,7 +39,7 @@ from marginalia_core.ingest.pipeline import (
 )
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.base import LibraryStore
-from marginalia_core.store.sqlite import new_id, now_iso
+from marginalia_core.store.rows import new_id, now_iso
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +66,9 @@ EXTRACT_SHARE = 0.25
 # an estimate needs this much of the work done to be worth showing
 MIN_FRACTION_FOR_ETA = 0.03
 RECENT_JOBS = 20
+CANCELLED_MESSAGE = "Cancelled before it started; nothing was saved."
+INTERRUPTED_MESSAGE = ("Interrupted: Marginalia stopped while indexing it. Nothing was saved; "
+                       "resume to index it again.")
 
 HOST = socket.gethostname()
 # one token per process: every queue in this process shares it, so "same pid, other token"
@@ -195,10 +197,6 @@ class Job:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
-_JOB_COLUMNS = ", ".join(f.name for f in fields(Job) if f.name != "has_data")
-_SELECT = f"SELECT {_JOB_COLUMNS}, data IS NOT NULL AS has_data FROM ingest_jobs"
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -254,23 +252,13 @@ class JobQueue:
     def jobs(self, *, limit: int = RECENT_JOBS) -> list[Job]:
         """Active and interrupted jobs (oldest first, the order they run), then the most recent
         ended ones (newest first)."""
-        conn = self.store.conn
-        open_ = conn.execute(
-            f"{_SELECT} WHERE status IN ('queued', 'running', 'interrupted') "
-            "ORDER BY created, position"
-        ).fetchall()
-        ended = conn.execute(
-            f"{_SELECT} WHERE status NOT IN ('queued', 'running', 'interrupted') "
-            "ORDER BY COALESCE(finished, created) DESC LIMIT ?",
-            (limit,),
-        ).fetchall()
-        return [Job.from_row(r) for r in (*open_, *ended)]
+        return [Job.from_row(r) for r in self.store.list_jobs(ended_limit=limit)]
 
     def active(self) -> list[Job]:
         return [j for j in self.jobs(limit=0) if j.active]
 
     def job(self, job_id: str) -> Job:
-        row = self.store.conn.execute(f"{_SELECT} WHERE id = ?", (job_id,)).fetchone()
+        row = self.store.get_job(job_id)
         if row is None:
             raise NotFoundError("That ingestion job no longer exists.")
         return Job.from_row(row)
@@ -285,64 +273,43 @@ class JobQueue:
         for this process straight away (the CLI runs them inline)."""
         batch = new_id()
         created = now_iso()
-        ids: list[str] = []
-        with self.store.write() as conn:
-            for position, upload in enumerate(uploads, start=1):
-                job_id = new_id()
-                name = safe_name(upload.name)
-                data = bytes(upload.data)
-                status, message, reason, finished = "queued", "", None, None
-                if len(data) > self.settings.max_upload_bytes:
-                    status, reason = "refused", "too_large"
-                    message, finished = too_large_message(name, self.settings), created
-                elif running:
-                    status = "running"
-                conn.execute(
-                    "INSERT INTO ingest_jobs (id, batch_id, position, batch_size, name, mime, "
-                    "size, data, status, reason, message, owner, heartbeat, created, started, "
-                    "finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        job_id, batch, position, len(uploads), name, upload.mime, len(data),
-                        None if status == "refused" else data, status, reason, message,
-                        process_owner() if running else None, created if running else None,
-                        created, created if running else None, finished,
-                    ),
-                )
-                ids.append(job_id)
-                if password:  # before the commit: a worker may claim the job at once
-                    self._passwords[job_id] = password
-            # as submitted, read before the commit, so a worker's claim cannot show through
-            jobs = [Job.from_row(conn.execute(f"{_SELECT} WHERE id = ?", (i,)).fetchone())
-                    for i in ids]
+        rows: list[dict[str, Any]] = []
+        for position, upload in enumerate(uploads, start=1):
+            name = safe_name(upload.name)
+            data = bytes(upload.data)
+            status, message, reason, finished = "queued", "", None, None
+            if len(data) > self.settings.max_upload_bytes:
+                status, reason = "refused", "too_large"
+                message, finished = too_large_message(name, self.settings), created
+            elif running:
+                status = "running"
+            rows.append({
+                "id": new_id(), "batch_id": batch, "position": position,
+                "batch_size": len(uploads), "name": name, "mime": upload.mime,
+                "size": len(data), "data": None if status == "refused" else data,
+                "status": status, "reason": reason, "message": message,
+                "owner": process_owner() if running else None,
+                "heartbeat": created if running else None, "created": created,
+                "started": created if running else None, "finished": finished,
+            })
+        if password:  # before the commit: a worker may claim a job the moment it lands
+            self._passwords.update((r["id"], password) for r in rows)
+        try:
+            jobs = [Job.from_row(r) for r in self.store.insert_jobs(rows)]
+        except BaseException:
+            for r in rows:
+                self._passwords.pop(r["id"], None)
+            raise
         self._notify()
         return jobs
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a job: a queued or interrupted one at once (its bytes dropped), a running one
         at its next page or batch boundary. False if it had already ended."""
-        with self.store.write() as conn:
-            now = now_iso()
-            dropped = conn.execute(
-                "UPDATE ingest_jobs SET status = 'cancelled', data = NULL, finished = ?, "
-                "message = 'Cancelled before it started; nothing was saved.' "
-                "WHERE id = ? AND status IN ('queued', 'interrupted')",
-                (now, job_id),
-            ).rowcount
-            if not dropped:
-                dropped = conn.execute(
-                    "UPDATE ingest_jobs SET cancel_requested = 1 "
-                    "WHERE id = ? AND status = 'running'",
-                    (job_id,),
-                ).rowcount
-            if not dropped:  # a refusal waiting for a password: dismissing it drops the bytes
-                dropped = conn.execute(
-                    "UPDATE ingest_jobs SET data = NULL WHERE id = ? AND status = 'refused' "
-                    "AND data IS NOT NULL",
-                    (job_id,),
-                ).rowcount
+        dropped = self.store.cancel_job(job_id, CANCELLED_MESSAGE)
         self._passwords.pop(job_id, None)
         self._notify()
-        return bool(dropped)
+        return dropped
 
     def resume(
         self, job_id: str | None = None, *, password: str | None = None, replace: bool = False
@@ -350,69 +317,28 @@ class JobQueue:
         """Queue again an interrupted job (or, without ``job_id``, every interrupted job), a
         refused encrypted PDF with a ``password``, or with ``replace`` a near-duplicate that
         is to replace the document it matches. Returns the jobs queued."""
-        with self.store.write() as conn:
-            if job_id is None:
-                rows = conn.execute(
-                    "SELECT id FROM ingest_jobs WHERE status = 'interrupted' AND data IS NOT NULL"
-                ).fetchall()
-                ids = [r[0] for r in rows]
-            else:
-                ids = [job_id]
-            queued = []
-            for jid in ids:
-                changed = conn.execute(
-                    "UPDATE ingest_jobs SET status = 'queued', stage = '', pages_done = 0, "
-                    "pages_total = 0, chunks_done = 0, chunks_total = 0, reason = NULL, "
-                    "message = '', cancel_requested = 0, owner = NULL, started = NULL, "
-                    "finished = NULL WHERE id = ? AND data IS NOT NULL AND (status = "
-                    "'interrupted' OR (status = 'refused' AND reason IN ('encrypted', "
-                    "'wrong_password')) OR (status = 'refused' AND reason = 'near_duplicate' "
-                    "AND ? = 1))",
-                    (jid, int(replace)),
-                ).rowcount
-                if changed:
-                    queued.append(jid)
-                    if replace:
-                        _REPLACING.add(jid)
-                    if password:  # before the commit: a worker may claim the job at once
-                        self._passwords[jid] = password
+        def remember(jid: str) -> None:  # before the commit: a worker may claim it at once
+            if password:
+                self._passwords[jid] = password
+            if replace:
+                _REPLACING.add(jid)
+
+        reasons = PASSWORD_REASONS | (CHOICE_REASONS if replace else frozenset())
+        queued = self.store.requeue_jobs(job_id, sorted(reasons), remember)
         self._notify()
         return [self.job(j) for j in queued]
 
     def clear_finished(self) -> int:
         """Forget ended jobs (the list of recent outcomes); returns how many."""
-        with self.store.write() as conn:
-            count = conn.execute(
-                "DELETE FROM ingest_jobs WHERE status IN ('done', 'refused', 'cancelled', "
-                "'failed')"
-            ).rowcount
-        return count
+        return self.store.clear_finished_jobs(ENDED)
 
     def recover(self) -> list[str]:
         """Mark ``interrupted`` the running jobs whose process is gone; their bytes stay so a
         person can resume them. Returns their ids."""
-        rows = self.store.conn.execute(
-            "SELECT id, owner, heartbeat FROM ingest_jobs WHERE status = 'running'"
-        ).fetchall()
-        dead = [r["id"] for r in rows if owner_is_dead(r["owner"], r["heartbeat"])]
-        if not dead:
-            return []
-        marked = []
-        with self.store.write() as conn:
-            for job_id in dead:
-                row = conn.execute(
-                    "SELECT owner, heartbeat FROM ingest_jobs WHERE id = ? AND status = "
-                    "'running'", (job_id,)
-                ).fetchone()
-                if row is None or not owner_is_dead(row["owner"], row["heartbeat"]):
-                    continue  # it finished, or was claimed again, meanwhile
-                conn.execute(
-                    "UPDATE ingest_jobs SET status = 'interrupted', finished = ?, message = ? "
-                    "WHERE id = ?",
-                    (now_iso(), "Interrupted: Marginalia stopped while indexing it. Nothing "
-                     "was saved; resume to index it again.", job_id),
-                )
-                marked.append(job_id)
+        dead = [r["id"] for r in self.store.running_jobs()
+                if owner_is_dead(r["owner"], r["heartbeat"])]
+        marked = [job_id for job_id in dead
+                  if self.store.interrupt_job(job_id, INTERRUPTED_MESSAGE, owner_is_dead)]
         if marked:
             log.warning("marked %d ingestion job(s) interrupted", len(marked))
         return marked
@@ -420,27 +346,10 @@ class JobQueue:
     # ------------------------------------------------------------------ running
 
     def claim(self) -> Job | None:
-        """Take the oldest queued job for this process, or None. Exclusive across processes
-        on both backends: the ``status = 'queued'`` guard makes the UPDATE change the row for
-        one claimant only (SQLite serialises writers with ``BEGIN IMMEDIATE``; PostgreSQL makes
-        a concurrent UPDATE of the same row wait, then re-check the guard and change nothing).
-        A loser tries the next candidate rather than idling while jobs wait."""
-        candidates = self.store.conn.execute(
-            "SELECT id FROM ingest_jobs WHERE status = 'queued' ORDER BY created, position "
-            "LIMIT ?",
-            (CLAIM_CANDIDATES,),
-        ).fetchall()
-        for row in candidates:
-            now = now_iso()
-            with self.store.write() as conn:
-                claimed = conn.execute(
-                    "UPDATE ingest_jobs SET status = 'running', owner = ?, started = ?, "
-                    "heartbeat = ? WHERE id = ? AND status = 'queued'",
-                    (process_owner(), now, now, row["id"]),
-                ).rowcount
-            if claimed:
-                return self.job(row["id"])
-        return None
+        """Take the oldest queued job for this process, or None; exclusive across processes
+        (``store.claim_job``)."""
+        job_id = self.store.claim_job(process_owner(), candidates=CLAIM_CANDIDATES)
+        return None if job_id is None else self.job(job_id)
 
     def run(
         self, job_id: str, *, should_stop: Callable[[], bool] | None = None
@@ -448,14 +357,10 @@ class JobQueue:
         """Run a job this process has claimed: the pipeline's events, with progress recorded
         as they pass. ``should_stop`` (the process is shutting down) interrupts it at the next
         boundary, keeping its bytes for a resume."""
-        row = self.store.conn.execute(
-            "SELECT name, mime, data FROM ingest_jobs WHERE id = ? AND status = 'running' "
-            "AND owner = ?",
-            (job_id, process_owner()),
-        ).fetchone()
-        if row is None or row["data"] is None:
+        payload = self.store.job_payload(job_id, process_owner())
+        if payload is None:
             return
-        name, mime, data = row["name"], row["mime"], bytes(row["data"])
+        name, mime, data = payload
         password = self._passwords.pop(job_id, None)
         settings = self.settings
         if job_id in _REPLACING:
@@ -551,20 +456,11 @@ class _Progress:
         self._poll_cancel()
 
     def _write(self) -> None:
-        with self.store.write() as conn:
-            conn.execute(
-                "UPDATE ingest_jobs SET stage = :stage, pages_done = :pages_done, "
-                "pages_total = :pages_total, chunks_done = :chunks_done, "
-                "chunks_total = :chunks_total, heartbeat = :now WHERE id = :id",
-                {**self.values, "now": now_iso(), "id": self.job_id},
-            )
+        self.store.record_job_progress(self.job_id, self.values)
         self._written = time.monotonic()
 
     def _poll_cancel(self) -> None:
-        row = self.store.conn.execute(
-            "SELECT cancel_requested FROM ingest_jobs WHERE id = ?", (self.job_id,)
-        ).fetchone()
-        if row and row[0]:
+        if self.store.job_cancel_requested(self.job_id):
             self._cancelled.set()
 
     def cancel_requested(self) -> bool:
@@ -604,18 +500,8 @@ class _Progress:
             else:
                 status = "refused"
                 keep = reason in PASSWORD_REASONS | CHOICE_REASONS
-        with self.store.write() as conn:
-            conn.execute(
-                "UPDATE ingest_jobs SET status = :status, stage = :stage, "
-                "pages_done = :pages_done, pages_total = :pages_total, "
-                "chunks_done = :chunks_done, chunks_total = :chunks_total, reason = :reason, "
-                "message = :message, document_id = :document_id, duplicate = :duplicate, "
-                "finished = :now, heartbeat = :now, "
-                "data = CASE WHEN :keep = 1 THEN data ELSE NULL END "
-                "WHERE id = :id AND status = 'running' AND owner = :owner",
-                {**self.values, **values, "status": status, "keep": int(keep),
-                 "now": now_iso(), "id": self.job_id, "owner": process_owner()},
-            )
+        self.store.finish_job(self.job_id, process_owner(), status,
+                              {**self.values, **values}, keep_data=keep)
 
 
 # How long the process's exit waits for a running job to reach its next page or batch

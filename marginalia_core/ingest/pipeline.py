@@ -384,7 +384,8 @@ def ingest_bytes(
                 return
             replace_id = existing["id"]  # indexed by another embedder: re-index in place
         early = (_EarlyEmbeddings(embedder, EmbeddingCache(store, embedder.key),
-                                  settings.chunk_target, settings.chunk_overlap)
+                                  settings.retrieval.chunk_target,
+                                  settings.retrieval.chunk_overlap)
                  if settings.embed_while_reading else None)
         try:
             extracted = yield from _extract_with_progress(
@@ -401,8 +402,8 @@ def ingest_bytes(
                 name=name,
                 text=extracted.text,
                 page_starts=extracted.page_starts,
-                target=settings.chunk_target,
-                overlap=settings.chunk_overlap,
+                target=settings.retrieval.chunk_target,
+                overlap=settings.retrieval.chunk_overlap,
                 mime=extracted.mime,
                 size=len(data),
                 content_hash=digest,
@@ -575,10 +576,10 @@ def reindex_document(
         text, page_starts = store.document_source(document_id)
         original = store.document_file(document_id)  # replaced with the document: carry it over
         # unless told otherwise, a document keeps the chunking it was indexed with
-        target = target or doc.get("chunk_target") or settings.chunk_target
+        target = target or doc.get("chunk_target") or settings.retrieval.chunk_target
         if overlap is None:
             kept = doc.get("chunk_overlap")
-            overlap = settings.chunk_overlap if kept is None else kept
+            overlap = settings.retrieval.chunk_overlap if kept is None else kept
         new = yield from _index_text(
             store,
             embedder,

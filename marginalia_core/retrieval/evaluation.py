@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from marginalia_core.citations import has_pages
-from marginalia_core.retrieval.retriever import Candidates, RankedChunk, Retriever
+from marginalia_core.config import RetrievalConfig
+from marginalia_core.retrieval.retriever import Candidates, Hit, Retriever
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet
 
 NDCG_AT = 10
 DEPTH = 100  # units ranked per question: the first-relevant rank is reported up to here
 THRESHOLD_GRID = tuple(round(-0.1 + 0.025 * i, 3) for i in range(37))  # -0.1 .. 0.8
 WEIGHT_GRID = tuple(round(0.1 * i, 1) for i in range(11))  # dense weight 0 .. 1
-MODES = ("dense", "lexical", "hybrid")
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -38,23 +38,19 @@ class Cancelled(Exception):
 
 
 @dataclass(frozen=True)
-class EvalConfig:
-    """What a retrieval configuration fixes. ``None`` = the library's setting / default."""
+class EvalConfig(RetrievalConfig):
+    """A retrieval configuration as the lab saves and evaluates it: ``RetrievalConfig`` (its
+    defaults; threshold and fusion weight ``None`` = the library's setting) plus the embedder
+    it was measured with. The passage size is the chunk sweep's; evaluation ranks the library
+    as indexed."""
 
-    mode: str = "hybrid"
-    threshold: float | None = None
-    top_k: int = 6
-    alpha: float | None = None  # hybrid: weight of the dense score; None = lexical.ALPHA
-    chunk_target: int | None = None  # informative here; the chunk sweep re-indexes for these
-    chunk_overlap: int | None = None
     embedder: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EvalConfig:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+    def from_dict(cls, d: Mapping[str, Any]) -> EvalConfig:
+        """From a saved dict: unknown keys and ``None`` values are left out (defaults)."""
+        known = {k: v for k, v in d.items()
+                 if k in cls.__dataclass_fields__ and v is not None}
         return cls(**known)
 
 
@@ -183,23 +179,20 @@ def prepare(
 # --- scoring one question --------------------------------------------------------------------
 
 
-def _units(
-    ranked: Sequence[RankedChunk], question: Question, chunks: dict[int, dict[str, Any]]
-) -> list[tuple[float, frozenset[int]]]:
-    """(cosine of the unit's best passage, indexes of the judgments it matches), best first."""
+def _units(hits: Sequence[Hit], question: Question) -> list[tuple[float, frozenset[int]]]:
+    """(cosine of the unit's best passage, indexes of the judgments it matches), best first.
+    A unit is a passage, or a document when every judgment is at document level."""
     judged = [(i, j) for i, j in enumerate(question.judgments) if j.grade > 0]
     by_doc = bool(judged) and all(j.level == "document" for _, j in judged)
     out: list[tuple[float, frozenset[int]]] = []
     seen: set[str] = set()
-    for r in ranked:
-        row = chunks.get(r.chunk_id)
-        if row is None:
-            continue
+    for hit in hits:
         if by_doc:
-            if row["document_name"] in seen:
+            if hit.document_name in seen:
                 continue
-            seen.add(row["document_name"])
-        out.append((r.cosine, frozenset(i for i, j in judged if j.matches(row))))
+            seen.add(hit.document_name)
+        row = vars(hit)  # the fields a judgment matches on: document, pages, offsets
+        out.append((hit.score, frozenset(i for i, j in judged if j.matches(row))))
         if len(out) >= DEPTH:
             break
     return out
@@ -267,11 +260,13 @@ def summarize(results: Sequence[QuestionResult], k: int) -> dict[str, float]:
 def evaluate_prepared(
     retriever: Retriever, prepared: Prepared, config: EvalConfig
 ) -> EvalResult:
-    threshold = retriever.threshold if config.threshold is None else float(config.threshold)
+    """Metrics of ``config`` on prepared questions: each ranked by ``Retriever.retrieve`` (the
+    path Chat takes) past the top k, then scored by unit."""
+    threshold = retriever.threshold_of(config)
     results = []
     for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
-        ranked = retriever.rank(c, mode=config.mode, threshold=threshold, alpha=config.alpha)
-        results.append(score_question(q, _units(ranked, q, prepared.chunks), config.top_k))
+        hits = retriever.retrieve(c, config, top_k=False, passages=prepared.chunks)
+        results.append(score_question(q, _units(hits, q), config.top_k))
     return EvalResult(
         prepared.qset.name, config, threshold, summarize(results, config.top_k), results
     )
@@ -286,8 +281,8 @@ def evaluate(
     cancel: threading.Event | None = None,
 ) -> EvalResult:
     """Metrics for ``qset`` under ``config`` on the retriever's library."""
-    config = config or EvalConfig(mode=retriever.settings.retrieval_mode,
-                                  top_k=retriever.settings.top_k)
+    config = config or EvalConfig(mode=retriever.settings.retrieval.mode,
+                                  top_k=retriever.settings.retrieval.top_k)
     prepared = prepare(retriever, qset, progress=progress, cancel=cancel)
     return evaluate_prepared(retriever, prepared, config)
 
@@ -296,8 +291,8 @@ def threshold_sweep(
     retriever: Retriever,
     prepared: Prepared,
     *,
-    mode: str = "hybrid",
-    top_k: int = 6,
+    mode: str | None = None,
+    top_k: int | None = None,
     alpha: float | None = None,
     grid: Sequence[float] = THRESHOLD_GRID,
 ) -> ThresholdSweep:
@@ -306,12 +301,14 @@ def threshold_sweep(
 
     Precision = relevant passages returned / passages returned; recall = judgments found /
     judgments (both pooled over the questions); the suggested threshold maximizes F1."""
+    config = retriever.config(mode=mode, top_k=top_k, alpha=alpha, threshold=-math.inf)
+    mode, top_k = config.mode, config.top_k
     per_q = []
     for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
-        ranked = retriever.rank(c, mode=mode, threshold=-math.inf, alpha=alpha)
+        hits = retriever.retrieve(c, config, top_k=False, passages=prepared.chunks)
         if mode == "hybrid":  # a keyword rescue passes every threshold
-            ranked = [replace(r, cosine=math.inf) if r.rescued else r for r in ranked]
-        per_q.append(_units(ranked, q, prepared.chunks))
+            hits = [replace(h, score=math.inf) if h.rescued else h for h in hits]
+        per_q.append(_units(hits, q))
     points = []
     total_judged = sum(sum(1 for j in q.judgments if j.grade > 0) for q in prepared.qset.questions)
     for t in grid:

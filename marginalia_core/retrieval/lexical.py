@@ -74,8 +74,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marginalia_core.store import sqlite_lexical
 from marginalia_core.store.base import LexicalSource
-from marginalia_core.store.sqlite import SqliteLexical, fts_match
+from marginalia_core.store.fts import fts_match
 
 # --- defaults, chosen on SciFact train (see the module docstring) -----------------------------
 FUSION = "convex"  # "convex" | "rrf"
@@ -175,8 +176,8 @@ def filled_lists(
 
 def lexical_source(source: LexicalSource | sqlite3.Connection) -> LexicalSource:
     """The store's lexical side; a bare SQLite connection (benchmarks, scratch files) is wrapped
-    in ``SqliteLexical``, so every function here works on any store."""
-    return SqliteLexical(source) if isinstance(source, sqlite3.Connection) else source
+    in FTS5's, so every function here works on any store."""
+    return sqlite_lexical(source) if isinstance(source, sqlite3.Connection) else source
 
 
 def bm25_search(

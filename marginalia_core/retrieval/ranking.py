@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
+from marginalia_core.config import DEFAULT_TOP_K
 from marginalia_core.store.base import DatabaseRanking, LibraryStore
 
-DEFAULT_TOP_K = 6
 QUANTISE_ABOVE_ROWS = 100_000  # below this the exact float32 matrix is both small and fast
 BLOCK_ROWS = 65_536  # growth unit of the code blocks (appends never copy earlier blocks)
 PRESELECT_FRACTION = 0.005  # share of rows the binary scan passes to the int8 stage

@@ -1,5 +1,8 @@
 """Retrieval: question -> ranked passages, in dense, lexical (FTS5 BM25) or hybrid mode.
 
+``Retriever.retrieve`` is the one path, for Chat, the Inspector and the metrics alike:
+candidates -> fuse -> threshold -> rerank -> top-k -> text, under one ``RetrievalConfig``.
+
 The score shown everywhere is the cosine similarity (0-1, "% relevance"); hybrid mode changes the
 order and which passages make the top k, not the number displayed. The threshold applies to the
 cosine in dense and hybrid modes (hybrid also keeps the best chunks that contain every query
@@ -9,18 +12,20 @@ term, see KEYWORD_RESCUE); lexical mode keeps every BM25 match.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from marginalia_core import events
 from marginalia_core.citations import has_pages
-from marginalia_core.config import Settings
+from marginalia_core.config import RetrievalConfig, Settings
 from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.ranking import Scored, ServerIndex, VectorIndex, dense_index, top_k
+from marginalia_core.retrieval.rerank import Reranker, get_reranker
 from marginalia_core.store.base import LibraryStore
 
 EXCERPT_CHARS = 280
@@ -44,6 +49,9 @@ class Hit:
     lexical_score: float | None = None
     ocr: bool = False  # the passage's text was read from a scan by OCR
     mime: str = ""  # its document's: only a PDF's pages are named (citations.has_pages)
+    start: int = 0  # character offsets in the document's text (span judgments)
+    end: int = 0
+    rescued: bool = False  # kept in hybrid mode below the threshold (every query term)
 
     @property
     def excerpt(self) -> str:
@@ -103,6 +111,10 @@ class ExplainedChunk(RankedChunk):
     content: str = ""
     passes: bool = False  # shown in hybrid mode at this threshold
     mime: str = ""  # its document's: only a PDF's pages are named (citations.has_pages)
+
+    @property
+    def excerpt(self) -> str:
+        return make_excerpt(self.content)
 
 
 @dataclass(frozen=True)
@@ -192,6 +204,7 @@ class Retriever:
         self._index: VectorIndex | ServerIndex | None = None
         self._index_lock = threading.Lock()
         self._seeded = False
+        self._rerankers: dict[str, Reranker] = {}
 
     @property
     def index(self) -> VectorIndex | ServerIndex:
@@ -222,8 +235,22 @@ class Retriever:
 
     @property
     def threshold(self) -> float:
-        t = self.settings.threshold
+        """The cosine floor the settings apply (None there: the embedder's own default)."""
+        t = self.settings.retrieval.threshold
         return self.embedder.default_threshold if t is None else float(t)
+
+    def threshold_of(self, config: RetrievalConfig) -> float:
+        """``config``'s threshold; None: the settings' (then the embedder's default)."""
+        return self.threshold if config.threshold is None else float(config.threshold)
+
+    def alpha_of(self, config: RetrievalConfig) -> float:
+        """``config``'s fusion weight; None: the settings' (then ``lexical.ALPHA``)."""
+        alpha = self.settings.retrieval.alpha if config.alpha is None else config.alpha
+        return Candidates.alpha_for(alpha)
+
+    def config(self, **overrides: Any) -> RetrievalConfig:
+        """The settings' retrieval configuration with the non-None ``overrides``."""
+        return self.settings.retrieval.with_overrides(**overrides)
 
     def other_embedders(self) -> dict[tuple[str, int], int]:
         """Documents indexed by an embedder other than the active one (not searchable now)."""
@@ -324,39 +351,69 @@ class Retriever:
             phrase=[phrase.get(c, 0.0) for c in ids],
         )
 
-    def rank(
+    def retrieve(
         self,
-        cands: Candidates,
+        query: str | Candidates,
+        config: RetrievalConfig | None = None,
         *,
-        mode: str | None = None,
-        threshold: float | None = None,
-        k: int | None = None,
-        alpha: float | None = None,
-    ) -> list[RankedChunk]:
-        """Order the candidates for ``mode`` and keep those passing the mode's floor.
+        documents: Collection[str] | None = None,
+        top_k: bool = True,
+        passages: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> list[Hit]:
+        """The one retrieval path (Chat through ``search``, the Inspector through
+        ``RetrievalLab.search``, the metrics through ``evaluation``): candidates -> fuse ->
+        threshold -> rerank -> top-k -> text, under ``config`` (None: the settings').
 
-        dense: cosine >= threshold. lexical: BM25 order, above the lexical floor
-        (LEXICAL_FLOOR, LEXICAL_COSINE_FLOOR). hybrid: fused order (``alpha`` = weight of the
-        dense score, None = lexical.ALPHA), cosine >= threshold or a keyword rescue.
-        """
-        threshold = self.threshold if threshold is None else threshold
-        mode = mode or self.settings.retrieval_mode
-        rows = cands.table(self.settings.fusion_alpha if alpha is None else alpha)
-        if mode == "dense":
+        ``query`` may be candidates already gathered (the Inspector's cache, an evaluation's
+        prepared questions); ``documents`` limits the search to those documents (None: all);
+        ``top_k=False`` keeps every passage that passes (the metrics rank past k);
+        ``passages`` are chunk rows already read (no query for the text)."""
+        config = self.settings.retrieval if config is None else config
+        cands = (query if isinstance(query, Candidates)
+                 else self.candidates(query, limit=config.top_k, documents=documents))
+        ranked = self.fuse(cands, config)
+        ranked = self.passing(ranked, config)
+        ranked = self.reranker(config.reranker).rerank(
+            cands.query, ranked, self._passage_source(passages))
+        if top_k:
+            ranked = ranked[: config.top_k]
+        return self.with_text(ranked, passages)
+
+    def fuse(self, cands: Candidates, config: RetrievalConfig) -> list[RankedChunk]:
+        """Every candidate in ``config.mode``'s order: dense by cosine, lexical by BM25 (only
+        the chunks a query term matched), hybrid by the fused score (``alpha_of(config)``)."""
+        rows = cands.table(self.alpha_of(config))
+        if config.mode == "dense":
             rows.sort(key=lambda r: r.dense_rank)
-            keep = [r for r in rows if r.cosine >= threshold]
-        elif mode == "lexical":
+        elif config.mode == "lexical":
             rows = [r for r in rows if r.lexical_rank is not None]
             rows.sort(key=lambda r: r.lexical_rank or 0)
-            keep = [
-                r for r in rows
-                if r.coverage >= LEXICAL_FLOOR and r.cosine >= LEXICAL_COSINE_FLOOR
-            ]
-        elif mode == "hybrid":
-            keep = [r for r in rows if r.cosine >= threshold or r.rescued]
-        else:
-            raise ValueError(f"unknown retrieval mode {mode!r}")
-        return keep if k is None else keep[:k]
+        elif config.mode != "hybrid":
+            raise ValueError(f"unknown retrieval mode {config.mode!r}")
+        return rows
+
+    def passing(self, ranked: Sequence[RankedChunk], config: RetrievalConfig) -> list[RankedChunk]:
+        """The threshold step. dense: cosine >= threshold. lexical: above the lexical floor
+        (LEXICAL_FLOOR, LEXICAL_COSINE_FLOOR). hybrid: cosine >= threshold or a keyword rescue."""
+        threshold = self.threshold_of(config)
+        if config.mode == "lexical":
+            return [r for r in ranked
+                    if r.coverage >= LEXICAL_FLOOR and r.cosine >= LEXICAL_COSINE_FLOOR]
+        if config.mode == "dense":
+            return [r for r in ranked if r.cosine >= threshold]
+        return [r for r in ranked if r.cosine >= threshold or r.rescued]
+
+    def reranker(self, name: str) -> Reranker:
+        """The rerank step's provider (``RetrievalConfig.reranker``), built once by name."""
+        found = self._rerankers.get(name)
+        if found is None:
+            found = self._rerankers[name] = get_reranker(name, self.embedder)
+        return found
+
+    def _passage_source(self, passages: Mapping[int, Mapping[str, Any]] | None):
+        if passages is None:
+            return lambda ids: self.store.chunks_by_ids(list(ids))
+        return lambda ids: {c: passages[c] for c in ids if c in passages}
 
     def search(
         self,
@@ -368,14 +425,10 @@ class Retriever:
         alpha: float | None = None,
         documents: Collection[str] | None = None,
     ) -> list[Hit]:
-        """The best ``k`` passages for ``query`` in ``mode``; ``documents`` limits the search to
-        those documents (None: all), in every mode."""
-        k = self.settings.top_k if k is None else k
-        ranked = self.rank(
-            self.candidates(query, limit=k, documents=documents),
-            mode=mode, threshold=threshold, k=k, alpha=alpha,
-        )
-        return self._hits([(r.chunk_id, r.cosine, r.bm25 or None) for r in ranked])
+        """Chat's search: ``retrieve`` with the settings' configuration and these overrides;
+        ``documents`` limits the search to those documents (None: all), in every mode."""
+        config = self.config(top_k=k, threshold=threshold, mode=mode, alpha=alpha)
+        return self.retrieve(query, config, documents=documents)
 
     def explain(
         self,
@@ -390,7 +443,7 @@ class Retriever:
         ``alpha`` to re-rank with another keyword weight without embedding again."""
         threshold = self.threshold if threshold is None else threshold
         cands = cands or self.candidates(query)
-        rows = cands.table(self.settings.fusion_alpha if alpha is None else alpha)
+        rows = cands.table(self.alpha_of(self.config(alpha=alpha)))
         meta = self.store.chunks_by_ids([r.chunk_id for r in rows])
         out = []
         for r in rows:
@@ -412,34 +465,15 @@ class Retriever:
             )
         return out
 
-    def hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
-        """``(chunk_id, cosine, bm25 or None)`` in order as numbered hits with their text."""
-        return self._hits(ordered)
-
-    def _hits(self, ordered: list[tuple[int, float, float | None]]) -> list[Hit]:
-        rows = self.store.chunks_by_ids([cid for cid, _, _ in ordered])
-        hits: list[Hit] = []
-        for cid, score, lex in ordered:
-            row = rows.get(cid)
-            if row is None:  # deleted since the matrix was loaded
-                continue
-            hits.append(
-                Hit(
-                    chunk_id=cid,
-                    document_id=row["document_id"],
-                    document_name=row["document_name"],
-                    idx=row["idx"],
-                    page_start=row["page_start"],
-                    page_end=row["page_end"],
-                    score=float(score),
-                    content=row["content"],
-                    rank=len(hits) + 1,
-                    lexical_score=None if lex is None else float(lex),
-                    ocr=bool(row.get("ocr")),
-                    mime=str(row.get("mime") or ""),
-                )
-            )
-        return hits
+    def with_text(
+        self, ranked: Sequence[RankedChunk],
+        passages: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> list[Hit]:
+        """The text step: ranked chunks as numbered hits with their passage (read from the
+        store unless ``passages`` holds them); a chunk deleted meanwhile is left out."""
+        rows = (self.store.chunks_by_ids([r.chunk_id for r in ranked]) if passages is None
+                else passages)
+        return hits_from(ranked, rows)
 
     def score_table(self, query: str, *, threshold: float | None = None) -> list[dict]:
         """Every chunk's cosine score (and BM25 where it matched), best first: the Inspector."""
@@ -472,6 +506,38 @@ class Retriever:
                 }
             )
         return table
+
+
+def hits_from(
+    ranked: Sequence[RankedChunk], rows: Mapping[int, Mapping[str, Any]]
+) -> list[Hit]:
+    """Ranked chunks as numbered hits, their text from ``rows`` (chunk id -> stored row)."""
+    hits: list[Hit] = []
+    for r in ranked:
+        cid, score, lex = r.chunk_id, r.cosine, r.bm25 or None
+        row = rows.get(cid)
+        if row is None:  # deleted since the matrix was loaded
+            continue
+        hits.append(
+            Hit(
+                chunk_id=cid,
+                document_id=row["document_id"],
+                document_name=row["document_name"],
+                idx=row["idx"],
+                page_start=row["page_start"],
+                page_end=row["page_end"],
+                score=float(score),
+                content=row["content"],
+                rank=len(hits) + 1,
+                lexical_score=None if lex is None else float(lex),
+                ocr=bool(row.get("ocr")),
+                mime=str(row.get("mime") or ""),
+                start=int(row.get("start") or 0),
+                end=int(row.get("end") or 0),
+                rescued=r.rescued,
+            )
+        )
+    return hits
 
 
 def cosine_lookup(scored: Scored, chunk_ids: list[int]) -> list[float | None]:

@@ -2,22 +2,24 @@
 
 Two implementations: ``store.sqlite.Store`` (the embedded default, one file at ``MARGINALIA_DB``)
 and ``store.postgres.PostgresStore`` (``MARGINALIA_DATABASE_URL=postgresql://...``, shared by
-several app processes on several machines). ``open_store`` picks one from the settings.
+several app processes on several machines). ``marginalia_core.store.open_store`` picks one from
+the settings; nothing outside ``store/`` names a backend or runs SQL.
 
-``conn`` and ``write()`` remain for the few callers with portable SQL (question sets): qmark
-(``?``) parameters, rows readable by name and by position, on both backends.
+``conn`` and ``write()`` (qmark parameters, rows readable by name and by position, on both
+backends) serve the portable tables inside ``store/`` only (question sets, jobs, library
+settings); tests/test_architecture.py fails on any use of ``.conn`` outside ``store/``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from marginalia_core.config import POSTGRES_SCHEMES, Settings
+from marginalia_core.config import POSTGRES_SCHEMES
 from marginalia_core.store.fingerprint import Fingerprint
 
 
@@ -62,7 +64,7 @@ class LexicalSource(Protocol):
 @runtime_checkable
 class LibraryStore(LexicalSource, Protocol):
     """Documents, chunks with vectors, lexical search, conversations, messages, the embedding
-    cache, and (through ``conn``/``write``) question sets."""
+    cache, ingestion jobs and the library's applied settings."""
 
     backend: str  # "sqlite" | "postgresql"
     path: str  # the SQLite file, or ":memory:" for a server database (no sidecar files beside it)
@@ -71,9 +73,9 @@ class LibraryStore(LexicalSource, Protocol):
     def location(self) -> str: ...  # where the library lives, safe to show (no password)
 
     @property
-    def conn(self) -> Any: ...
+    def conn(self) -> Any: ...  # inside store/ only
 
-    def write(self) -> AbstractContextManager[Any]: ...
+    def write(self) -> AbstractContextManager[Any]: ...  # inside store/ only
 
     def close(self) -> None: ...
 
@@ -187,10 +189,54 @@ class LibraryStore(LexicalSource, Protocol):
     def add_exchange(
         self, conversation_id: str, title: str, question: str, answer: str,
         sources: Sequence[dict[str, Any]], *, query: str | None = None,
-        documents: Any = ...,  # a list of ids, None (all) or sqlite.KEEP (leave as it is)
+        documents: Any = ...,  # a list of ids, None (all) or rows.KEEP (leave as it is)
+        support: Sequence[dict[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]: ...
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+    # ingestion jobs (store.job_table)
+    def list_jobs(self, *, ended_limit: int) -> list[dict[str, Any]]: ...
+
+    def get_job(self, job_id: str) -> dict[str, Any] | None: ...
+
+    def running_jobs(self) -> list[dict[str, Any]]: ...
+
+    def job_payload(self, job_id: str, owner: str) -> tuple[str, str | None, bytes] | None: ...
+
+    def job_cancel_requested(self, job_id: str) -> bool: ...
+
+    def insert_jobs(self, jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]: ...
+
+    def cancel_job(self, job_id: str, message: str) -> bool: ...
+
+    def requeue_jobs(
+        self, job_id: str | None, requeueable_reasons: Sequence[str],
+        before_commit: Callable[[str], None] | None = None,
+    ) -> list[str]: ...
+
+    def clear_finished_jobs(self, statuses: Sequence[str]) -> int: ...
+
+    def interrupt_job(
+        self, job_id: str, message: str, still_dead: Callable[[str | None, str | None], bool]
+    ) -> bool: ...
+
+    def claim_job(self, owner: str, *, candidates: int) -> str | None: ...
+
+    def record_job_progress(self, job_id: str, values: dict[str, Any]) -> None: ...
+
+    def finish_job(
+        self, job_id: str, owner: str, status: str, values: dict[str, Any], *, keep_data: bool
+    ) -> None: ...
+
+    # settings "Apply to Chat" saved for this library (store.library_settings)
+    def library_settings(self) -> dict[str, Any]: ...
+
+    def save_library_settings(self, values: dict[str, Any]) -> None: ...
+
+    def library_value(self, key: str) -> Any: ...
+
+    def set_library_value(self, key: str, value: Any) -> None: ...
 
 
 @runtime_checkable
@@ -220,14 +266,3 @@ def text_hash(text: str) -> str:
 
 def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).startswith(POSTGRES_SCHEMES)
-
-
-def open_store(settings: Settings) -> LibraryStore:
-    """PostgreSQL when ``MARGINALIA_DATABASE_URL`` is set, else the SQLite file."""
-    if settings.database_url:
-        from marginalia_core.store.postgres import PostgresStore
-
-        return PostgresStore(settings.database_url)
-    from marginalia_core.store.sqlite import Store
-
-    return Store(settings.ensure_db_dir())

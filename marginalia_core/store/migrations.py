@@ -304,6 +304,13 @@ def m012_library_token(conn: sqlite3.Connection) -> None:
 
 
 @migration
+def m013_message_support(conn: sqlite3.Connection) -> None:
+    """An answer's per-sentence citation check (``chat.support``), saved with it as a JSON list
+    of {sentence, marks, score, supported}; NULL for answers saved before the check existed."""
+    conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
+
+@migration
 def m015_embedding_cache(conn: sqlite3.Connection) -> None:
     """Embed once: the cache is keyed by (embedder key, text hash) and used by ingestion,
     re-indexing, resumed jobs and the lab's sweeps, so a text already embedded by an embedder is

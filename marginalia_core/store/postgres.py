@@ -37,8 +37,10 @@ from marginalia_core.store.fingerprint import (
     fingerprint,
     shared_share,
 )
+from marginalia_core.store.job_table import JobTable
+from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import run_statements
-from marginalia_core.store.sqlite import (
+from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
     VECTOR_DTYPE,
@@ -271,6 +273,12 @@ def p005_fold_diacritics(conn: psycopg.Connection) -> None:
 
 
 @pg_migration
+def p006_message_support(conn: psycopg.Connection) -> None:
+    """SQLite's m013: an answer's per-sentence citation check, JSON text (NULL: unchecked)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
+
+
+@pg_migration
 def p008_embedding_cache(conn: psycopg.Connection) -> None:
     """SQLite's m015: the embedding cache keyed by (embedder key as the providers spell it,
     ``model@dimension``; text hash), seeded from the library's chunks (``sha256`` of the UTF-8 text, as ``base.text_hash``; the vector as
@@ -461,7 +469,7 @@ def hnsw_index_name(key: str) -> str:
     return "chunks_hnsw_" + hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
-class PostgresStore:
+class PostgresStore(JobTable, LibrarySettingsTable):
     """Data access for one PostgreSQL database. Cheap to share between threads (one connection
     per thread); any number of processes may open the same database."""
 
@@ -1160,6 +1168,7 @@ class PostgresStore:
         *,
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
+        support: Sequence[dict[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A question with its complete answer (creating the conversation if new), one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
@@ -1180,7 +1189,7 @@ class PostgresStore:
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query
+                conversation_id, "assistant", answer, sources, query=query, support=support
             )
         return user, assistant
 
@@ -1192,8 +1201,10 @@ class PostgresStore:
         sources: Sequence[dict[str, Any]],
         *,
         query: str | None = None,
+        support: Sequence[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """Insert a message inside an open ``write()`` transaction and touch its conversation."""
+        """Insert a message inside an open ``write()`` transaction and touch its conversation.
+        ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         raw = self.raw
         stamp = now_iso()
         msg = {
@@ -1204,21 +1215,24 @@ class PostgresStore:
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
             "query": query,
+            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
         }
         raw.execute(
-            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query) "
-            "VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
-            "%(created)s, %(query)s)",
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
+            "support) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
+            "%(created)s, %(query)s, %(support)s)",
             msg,
         )
         raw.execute(
             "UPDATE conversations SET updated = %s WHERE id = %s", (stamp, conversation_id)
         )
-        return {**msg, "sources": list(sources)}
+        return {**msg, "sources": list(sources),
+                "support": None if support is None else list(support)}
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         query = (
-            "SELECT id, conversation_id, role, content, sources, created, query FROM messages "
+            "SELECT id, conversation_id, role, content, sources, created, query, support "
+            "FROM messages "
             "WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
         )
         params: list[Any] = [conversation_id]
@@ -1229,6 +1243,7 @@ class PostgresStore:
         out = []
         for item in reversed(rows):
             item["sources"] = json.loads(item["sources"] or "[]")
+            item["support"] = None if item["support"] is None else json.loads(item["support"])
             out.append(item)
         return out
 

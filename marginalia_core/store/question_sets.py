@@ -23,10 +23,11 @@ from typing import Any
 
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.store.base import LibraryStore
-from marginalia_core.store.sqlite import new_id, now_iso
+from marginalia_core.store.rows import new_id, now_iso
 
 # A chunk matches a span judgment when they share at least this share of the shorter of the two
 SPAN_OVERLAP = 0.5
+# library_settings rows that are not retrieval settings: "Apply to Chat" leaves them alone
 _PAGES = re.compile(r"^\s*(\d+)\s*(?:[-–]\s*(\d+))?\s*$")
 
 
@@ -259,25 +260,6 @@ class QuestionSets:
         with self.store.write() as conn:
             return conn.execute("DELETE FROM retrieval_configs WHERE name = ?", (name,)).rowcount > 0
 
-
-    # -- settings applied to the library (migration m010) ------------------------------------
-
-    def applied_settings(self) -> dict[str, Any]:
-        """The retrieval settings the lab applied to this library (empty: the defaults)."""
-        return {
-            r["key"]: json.loads(r["value"])
-            for r in self.store.conn.execute("SELECT key, value FROM library_settings")
-        }
-
-    def apply_settings(self, values: dict[str, Any]) -> None:
-        """Replace the applied settings with ``values`` in one transaction (a ``None`` value
-        is left out: that setting falls back to its default)."""
-        with self.store.write() as conn:
-            conn.execute("DELETE FROM library_settings")
-            conn.executemany(
-                "INSERT INTO library_settings (key, value, updated) VALUES (?, ?, ?)",
-                [(k, json.dumps(v), now_iso()) for k, v in values.items() if v is not None],
-            )
 
 # --- import / export -------------------------------------------------------------------------
 

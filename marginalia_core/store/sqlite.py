@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,30 +27,25 @@ from marginalia_core.store.fingerprint import (
     fingerprint,
     shared_share,
 )
+from marginalia_core.store.fts import SqliteLexical
+from marginalia_core.store.job_table import JobTable
+from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import migrate
-
-BUSY_TIMEOUT_MS = 30_000
-VECTOR_DTYPE = np.dtype("<f4")  # float32 little-endian, as SPEC.md stores them
-LOAD_PAGE_ROWS = 4096
-CACHE_LOOKUP_ROWS = 500  # text hashes per embedding-cache query
-
-DOCUMENT_COLUMNS = (
-    "id, name, mime, size, chunk_count, page_count, content_hash, embed_model, embed_dim, "
-    "chunk_target, chunk_overlap, created, ocr_pages, parse_health"
+from marginalia_core.store.rows import (
+    DOCUMENT_COLUMNS,
+    KEEP,
+    VECTOR_DTYPE,
+    Keep,
+    blob_to_vector,
+    new_id,
+    now_iso,
+    scope_json,
+    vector_to_blob,
 )
 
-
-class Keep:
-    """The type of ``KEEP``: "leave this as it is" where None already means something."""
-
-
-KEEP = Keep()
-
-
-def scope_json(document_ids: Sequence[str] | None) -> str | None:
-    """A conversation's stored document scope: the ids de-duplicated in order, NULL for all."""
-    ids = list(dict.fromkeys(str(i) for i in document_ids or ()))
-    return json.dumps(ids) if ids else None
+BUSY_TIMEOUT_MS = 30_000
+LOAD_PAGE_ROWS = 4096
+CACHE_LOOKUP_ROWS = 500  # text hashes per embedding-cache query
 
 
 def _document(row: sqlite3.Row) -> dict[str, Any]:
@@ -63,87 +56,7 @@ def _document(row: sqlite3.Row) -> dict[str, Any]:
     return doc
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
-
-
-def vector_to_blob(vector: np.ndarray) -> bytes:
-    return np.asarray(vector, dtype=VECTOR_DTYPE).tobytes()
-
-
-def blob_to_vector(blob: bytes) -> np.ndarray:
-    return np.frombuffer(blob, dtype=VECTOR_DTYPE)
-
-
-def fts_match(terms: Sequence[str], *, require_all: bool = False) -> str:
-    """An FTS5 MATCH expression of double-quoted terms (so no operator, column filter, prefix or
-    quote survives), joined by OR, or AND with ``require_all``."""
-    return (" AND " if require_all else " OR ").join(f'"{t}"' for t in terms)
-
-
-class SqliteLexical:
-    """FTS5 side of a SQLite library over one connection: what ``retrieval.lexical`` asks of any
-    store (``bm25``, ``term_chunk_counts``, ``chunks_containing``). Separate from ``Store`` so a
-    bare connection (benchmarks, scratch files) can be searched the same way."""
-
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
-
-    def bm25(
-        self,
-        terms: Sequence[str],
-        *,
-        limit: int,
-        chunk_ids: Sequence[int] | None = None,
-        require_all: bool = False,
-    ) -> list[tuple[int, float]]:
-        """``[(chunk_id, score)]`` best first, ``score = -bm25(chunks_fts)`` (positive, larger is
-        better). Each term is a double-quoted FTS5 string, so no operator survives."""
-        if not terms or limit <= 0:
-            return []
-        match = fts_match(terms, require_all=require_all)
-        sql = "SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
-        params: list[Any] = [match]
-        if chunk_ids is not None:
-            ids = sorted({int(i) for i in chunk_ids})
-            if not ids:
-                return []
-            # the unary + keeps SQLite from re-running the whole MATCH once per listed id
-            # (45 ms -> 0.6 ms per hybrid query on 1,800 real chunks)
-            sql += " AND +rowid IN (SELECT value FROM json_each(?))"
-            params.append("[" + ",".join(map(str, ids)) + "]")
-        sql += " ORDER BY bm25(chunks_fts), rowid LIMIT ?"
-        params.append(int(limit))
-        return [(int(r), float(s)) for r, s in self.conn.execute(sql, params)]
-
-    def term_chunk_counts(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
-        """(chunks in the library, {term: chunks containing it}), terms stemmed as the text is."""
-        total = int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
-        counts = {
-            t: int(self.conn.execute(
-                "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (f'"{t}"',)
-            ).fetchone()[0])
-            for t in terms
-        }
-        return total, counts
-
-    def chunks_containing(self, term: str, chunk_ids: Sequence[int]) -> list[int]:
-        """Which of ``chunk_ids`` contain ``term``."""
-        ids = "[" + ",".join(str(int(i)) for i in sorted(set(chunk_ids))) + "]"
-        return [
-            int(r) for (r,) in self.conn.execute(
-                "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
-                "AND +rowid IN (SELECT value FROM json_each(?))",
-                (f'"{term}"', ids),
-            )
-        ]
-
-
-class Store:
+class Store(JobTable, LibrarySettingsTable):
     """Data access for one database file. Cheap to share between threads."""
 
     backend = "sqlite"
@@ -770,6 +683,7 @@ class Store:
         *,
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
+        support: Sequence[dict[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Save a question with its complete answer (creating the conversation if new) in one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
@@ -789,7 +703,7 @@ class Store:
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query
+                conversation_id, "assistant", answer, sources, query=query, support=support
             )
         return user, assistant
 
@@ -801,8 +715,10 @@ class Store:
         sources: Sequence[dict[str, Any]],
         *,
         query: str | None = None,
+        support: Sequence[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """Insert a message inside an open ``write()`` transaction and touch its conversation."""
+        """Insert a message inside an open ``write()`` transaction and touch its conversation.
+        ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         stamp = now_iso()
         msg = {
             "id": new_id(),
@@ -812,21 +728,25 @@ class Store:
             "sources": json.dumps(list(sources), ensure_ascii=False),
             "created": stamp,
             "query": query,
+            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
         }
         conn = self.conn
         conn.execute(
-            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query) "
-            "VALUES (:id, :conversation_id, :role, :content, :sources, :created, :query)",
+            "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
+            "support) VALUES (:id, :conversation_id, :role, :content, :sources, :created, :query, "
+            ":support)",
             msg,
         )
         conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
-        return {**msg, "sources": list(sources)}
+        return {**msg, "sources": list(sources),
+                "support": None if support is None else list(support)}
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones. An
         answer's ``query`` is what was searched for it (None on questions and older answers)."""
         sql = (
-            "SELECT id, conversation_id, role, content, sources, created, query FROM messages "
+            "SELECT id, conversation_id, role, content, sources, created, query, support "
+            "FROM messages "
             "WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
         )
         params: list[Any] = [conversation_id]
@@ -838,5 +758,6 @@ class Store:
         for r in reversed(rows):
             item = dict(r)
             item["sources"] = json.loads(item["sources"] or "[]")
+            item["support"] = None if item["support"] is None else json.loads(item["support"])
             out.append(item)
         return out
