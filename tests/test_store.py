@@ -300,7 +300,8 @@ def test_embedding_cache_migration_seeds_from_the_librarys_chunks(store, db_path
     """A library indexed before the cache existed: m015 / p008 fill it from the stored chunks,
     so re-indexing with the same passages embeds nothing."""
     from marginalia_core.config import Settings
-    from marginalia_core.store.base import open_store, text_hash
+    from marginalia_core.store import open_store
+    from marginalia_core.store.base import text_hash
 
     doc, chunks, vectors = _add(store)
     with store.write() as conn:  # as if the cache step had never run
