@@ -562,3 +562,24 @@ def test_page_break_hyphens_keep_capitals_and_compounds():
     assert join_page_break_hyphens(["stop-the-", "world now"]) == ["stop-the-world", "now"]
     assert join_page_break_hyphens(["see Rhine-", "Main area"]) == ["see Rhine-", "Main area"]
     assert join_page_break_hyphens(["a dash -", "then"]) == ["a dash -", "then"]
+
+
+def test_mathematics_is_read_from_pdfium_where_pypdf_garbles_it(pdf_dir):
+    """GeoTopo's TeX symbol fonts: pypdf reads "i∈N" as "i2N" and "{A ∈ R}" as "fA2 Rg";
+    pdfium reads the symbols, so those pages take its text (the measured rule of word_gaps).
+    Arabic that pdfium misreads keeps pypdf's text."""
+    geo = extract("geo.pdf", (pdf_dir / "sf__GeoTopo-komprimiert.pdf").read_bytes(), ocr=False)
+    assert "i∈N" in geo.text and "i2N" not in geo.text
+    habibi = extract("habibi.pdf", (pdf_dir / "sf__habibi.pdf").read_bytes(), ocr=False)
+    assert "habibi" in habibi.text and "Β" not in habibi.text
+
+
+def test_the_rule_wants_more_symbols_and_no_lost_letters():
+    from marginalia_core.ingest.word_gaps import pdfium_reads_better
+
+    garbled = "Sei P := Q i2N Pi und fA2 Rn n j det(A) 6= 0 g"
+    read = "Sei P := Q i∈N Pi und { A ∈ R n×n | det(A) 6= 0 } ∀s∈I"
+    assert pdfium_reads_better(garbled, read)
+    assert not pdfium_reads_better(read, garbled)
+    assert not pdfium_reads_better(garbled * 3, read)  # pdfium lost most of the words
+    assert not pdfium_reads_better("x = 1", "x = 1 ∈")  # one symbol is not enough
