@@ -5,7 +5,7 @@
 
 Sections (each reports the same-run baseline next to the project's figure):
 
-- ``pdf``: ``extraction.extract`` on ../shared/eval/pdfs/sf__GeoTopo-komprimiert.pdf (117 pages;
+- ``pdf``: ``formats.extract`` on ../shared/eval/pdfs/sf__GeoTopo-komprimiert.pdf (117 pages;
   ``--quick``: its first 10 pages), pages/s, against bare pypdf ``extract_text`` per page
   (the floor the project's cleanup sits on), alternating runs;
 - ``chunking``: ``chunk_text`` (TARGET 1400 / OVERLAP 200 and the study's extremes) over SQuAD
@@ -39,7 +39,7 @@ import _common as C
 
 from marginalia_core.config import Settings
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.ingest.extraction import extract
+from marginalia_core.ingest.formats import extract
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path
 from marginalia_core.store.sqlite import Store
 

@@ -75,7 +75,7 @@ def fold(text: str) -> str:
 
 
 def _text_pages(data: bytes) -> list[str]:
-    from marginalia_core.ingest.extraction import extract
+    from marginalia_core.ingest.formats import extract
 
     got = extract("x.pdf", data, ocr=False)
     starts = [*got.page_starts, len(got.text)]
@@ -83,7 +83,7 @@ def _text_pages(data: bytes) -> list[str]:
 
 
 def _ocr_pages_tesseract(data: bytes) -> tuple[list[str], float]:
-    from marginalia_core.ingest.extraction import extract
+    from marginalia_core.ingest.formats import extract
 
     t0 = time.perf_counter()
     got = extract("scan.pdf", data, ocr=True)

@@ -45,7 +45,7 @@ from retrieval_lab import CachedEmbedder  # the offline embedder, vectors cached
 from marginalia_core.config import Settings
 from marginalia_core.ingest import extraction
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.ingest.extraction import extract
+from marginalia_core.ingest.formats import extract
 from marginalia_core.ingest.pipeline import ingest_bytes
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval.retriever import Retriever

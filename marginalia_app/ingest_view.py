@@ -11,10 +11,10 @@ from typing import Any
 import streamlit as st
 
 from marginalia_app import presentation as fmt
-from marginalia_app.passages import has_pages
 from marginalia_app.samples import sample_files
 from marginalia_core import events
 from marginalia_core.errors import NotFoundError
+from marginalia_core.ingest import formats
 from marginalia_core.ingest.jobs import Job, Upload
 from marginalia_core.ingest.pipeline import IngestOutcome, follow
 from marginalia_core.workspace import Workspace
@@ -114,10 +114,12 @@ def outcome_label(outcome: IngestOutcome) -> str:
     name = fmt.escape_inline(outcome.name, 80)
     if outcome.state == "indexed":
         label = f"{name} — indexed: {outcome.chunks} passage{'s' * (outcome.chunks != 1)}"
-        if not has_pages(outcome.mime):  # a text or markdown file is not "1 page"
+        extent = formats.extent(outcome.mime, outcome.pages or 1)
+        if not extent:  # a text or markdown file is not "1 page"
             return label
-        pages = outcome.pages or 1
-        return f"{label}, {pages} page{'s' * (pages != 1)}"
+        if extent.isdigit():
+            return f"{label}, {extent} page{'s' * (extent != '1')}"
+        return f"{label}, {extent}"
     if outcome.state == "duplicate":
         same = outcome.existing or outcome.name
         if same == outcome.name:

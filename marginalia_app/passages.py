@@ -20,11 +20,12 @@ import html
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marginalia_app import presentation as fmt
-from marginalia_core.citations import find_marks, has_pages  # noqa: F401 (pages use it)
+from marginalia_core.citations import find_marks
+from marginalia_core.ingest import formats
 from marginalia_core.ingest.page_images import PageRenderError
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MARKDOWN_MIMES = frozenset({"text/markdown", "text/x-markdown"})
 # Headings inside a margin card are kept small: h1 -> h4 ... h3+ -> h6.
 HEADING_BASE = 3
 MAX_HEADING = 6
@@ -40,7 +40,13 @@ ANCHOR_PREFIX = "src"
 
 
 def is_markdown(mime: str | None) -> bool:
-    return (mime or "").split(";")[0].strip().lower() in MARKDOWN_MIMES
+    """Passages of this format render as Markdown (Markdown, Word, slides, sheets, web...)."""
+    return formats.by_mime(mime).renders == "markdown"
+
+
+def has_pages(mime: str | None) -> bool:
+    """Passages of this format have a page to show (its original is rendered): PDFs."""
+    return formats.by_mime(mime).renders == "pdf"
 
 
 def anchor_id(scope: str, mid: str, n: int) -> str:
@@ -107,10 +113,11 @@ def parse_inline(text: str, styles: tuple[str, ...] = ()) -> list[Segment]:
 
 @dataclass
 class Block:
-    kind: str  # "p", "h", "li", "quote", "code", "hr"
+    kind: str  # "p", "h", "li", "quote", "code", "hr", "table"
     segments: list[Segment]
-    level: int = 0  # heading level; for "li", 1 when the list is ordered
+    level: int = 0  # heading level; for "li", 1 when the list is ordered; "table": header rows
     plain: str = ""
+    rows: list[list[list[Segment]]] = field(default_factory=list)  # "table": cells' segments
 
 
 _HEADING_RE = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -119,6 +126,26 @@ _ORDERED_RE = re.compile(r"^ {0,3}(\d{1,9})[.)]\s+(.*)$")
 _QUOTE_RE = re.compile(r"^ {0,3}>\s?(.*)$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _HR_RE = re.compile(r"^ {0,3}([-*_])(?:\s*\1){2,}\s*$")
+_TABLE_ROW_RE = re.compile(r"^ {0,3}\|.*\|\s*$")
+_TABLE_RULE_RE = re.compile(r"^ {0,3}\|(?:\s*:?-{3,}:?\s*\|)+\s*$")
+_CELL_SPLIT_RE = re.compile(r"(?<!\\)\|")
+CELL_SEPARATOR = " | "  # between cells in the display text (highlight offsets)
+
+
+def _table_block(lines: list[str]) -> Block:
+    """Markdown table lines as one block; the row before a ``|---|`` rule is the header (a
+    passage cut mid-table has none)."""
+    header = 0
+    rows: list[list[list[Segment]]] = []
+    for line in lines:
+        if _TABLE_RULE_RE.match(line):
+            header = len(rows)
+            continue
+        cells = _CELL_SPLIT_RE.split(line.strip())[1:-1]
+        rows.append([parse_inline(" ".join(c.split())) for c in cells])
+    plain = "\n".join(CELL_SEPARATOR.join("".join(s.text for s in cell) for cell in row)
+                      for row in rows)
+    return Block("table", [], header, plain, rows)
 
 
 def _inline_block(kind: str, text: str, level: int = 0) -> Block:
@@ -156,6 +183,14 @@ def parse_markdown(content: str) -> list[Block]:
             if code:
                 blocks.append(Block("code", [Segment(code, ("code",))], 0, code))
             i += 1
+            continue
+        if _TABLE_ROW_RE.match(line):
+            flush()
+            table = []
+            while i < len(lines) and _TABLE_ROW_RE.match(lines[i]):
+                table.append(lines[i])
+                i += 1
+            blocks.append(_table_block(table))
             continue
         if not line.strip():
             flush()
@@ -243,6 +278,10 @@ def markdown_html(content: str, spans: Sequence[tuple[int, int]] = ()) -> str:
         if block.kind == "hr":
             out.append("<hr>")
             continue
+        if block.kind == "table":
+            out.append(_table_html(block, offset, spans))
+            offset += len(block.plain) + 2
+            continue
         inner = _segments_html(block.segments, offset, spans)
         offset += len(block.plain) + 2
         if block.kind == "h":
@@ -258,6 +297,20 @@ def markdown_html(content: str, spans: Sequence[tuple[int, int]] = ()) -> str:
             out.append(f"<p>{inner}</p>")
     if open_list:
         out.append(f"</{open_list}>")
+    return "".join(out)
+
+
+def _table_html(block: Block, offset: int, spans: Sequence[tuple[int, int]]) -> str:
+    out = ['<div class="mg-table"><table>']
+    for r, row in enumerate(block.rows):
+        tag = "th" if r < block.level else "td"
+        cells = []
+        for c, cell in enumerate(row):
+            cells.append(f"<{tag}>{_segments_html(cell, offset, spans)}</{tag}>")
+            offset += sum(len(s.text) for s in cell)
+            offset += len(CELL_SEPARATOR) if c < len(row) - 1 else 1
+        out.append(f"<tr>{''.join(cells)}</tr>")
+    out.append("</table></div>")
     return "".join(out)
 
 
@@ -292,10 +345,10 @@ def passage_html(content: str, mime: str | None, sentences: Sequence[str] = ()) 
 def card_label(source: dict[str, Any], mime: str | None) -> str:
     """Plain text "[1] report.pdf · p. 3 · 82 %"; no page for text and markdown files."""
     parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
-    if has_pages(mime):
-        pages = fmt.page_label(source.get("page"), source.get("page_end"))
-        if pages:
-            parts.append(pages)
+    pages = fmt.page_label(source.get("page"), source.get("page_end"), mime,
+                           str(source.get("location") or ""))
+    if pages:
+        parts.append(pages)
     if source.get("score") is not None:
         parts.append(fmt.percent(source.get("score")))
     return " · ".join(parts)
@@ -373,16 +426,12 @@ def margin_html(groups: Sequence[str]) -> str:
     return f'<div class="mg-margin">{"".join(groups)}</div>'
 
 
-_SUFFIX_MIMES = {".md": "text/markdown", ".markdown": "text/markdown", ".pdf": "application/pdf"}
-
-
 def source_mime(source: dict[str, Any], mimes: dict[str, str]) -> str:
     """The mime of a source's document; guessed from its name once the document is gone."""
     mime = mimes.get(str(source.get("document_id", "")))
     if mime:
         return mime
-    name = str(source.get("document_name", "")).lower()
-    return next((m for suffix, m in _SUFFIX_MIMES.items() if name.endswith(suffix)), "text/plain")
+    return formats.mime_for_name(str(source.get("document_name", ""))) or "text/plain"
 
 
 def first_cited(answer: str, numbers: Sequence[int]) -> int | None:

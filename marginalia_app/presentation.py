@@ -23,7 +23,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from marginalia_core.citations import MARK_RE, find_marks, has_pages
+from marginalia_core.citations import MARK_RE, find_marks
+from marginalia_core.ingest import formats
 
 # ---------------------------------------------------------------------------------------------
 # escaping
@@ -540,10 +541,15 @@ def percent(score: float | None) -> str:
     return f"{round(max(0.0, min(1.0, float(score))) * 100)} %"
 
 
-def page_label(page: int | None, page_end: int | None = None, mime: str | None = None) -> str:
-    """"p. 3" / "pp. 3–5"; "" without a page, or for a document without pages (pass ``mime``:
-    a text or Markdown file is stored as one page 1, which is never shown)."""
-    if not page or (mime is not None and not has_pages(mime)):
+def page_label(
+    page: int | None, page_end: int | None = None, mime: str | None = None, location: str = ""
+) -> str:
+    """A passage's place: its stored ``location`` ("slide 3", "sheet Budget, rows 12–40") when
+    it has one, else "p. 3" / "pp. 3–5"; "" without a page, or for a document without pages
+    (pass ``mime``: a text or Markdown file is stored as one page 1, which is never shown)."""
+    if location:
+        return location
+    if not page or (mime is not None and formats.by_mime(mime).location != "page"):
         return ""
     if page_end and page_end != page:
         return f"pp. {page}–{page_end}"
@@ -622,7 +628,8 @@ def source_label(source: dict[str, Any], *, with_score: bool = True) -> str:
     """Plain text "[1] report.pdf · p. 3 · 82 %" (escape before using it as markdown); a
     passage read from a scan says "· OCR" after its pages."""
     parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
-    pages = page_label(source.get("page"), source.get("page_end"))
+    pages = page_label(source.get("page"), source.get("page_end"),
+                       location=str(source.get("location") or ""))
     if pages:
         parts.append(pages)
     if source.get("ocr"):

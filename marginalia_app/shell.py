@@ -58,6 +58,11 @@ CSS = """
 .mg-question, .mg-note { color: rgba(49, 51, 63, 0.65); font-size: 0.85rem; margin: 0.2rem 0 0.4rem; }
 .mg-card { border: 1px solid rgba(49, 51, 63, 0.15); border-radius: 0.5rem; margin: 0 0 0.5rem;
   scroll-margin-top: 4.5rem; background: white; }
+.mg-table { overflow-x: auto; margin: 0.3rem 0 0.6rem; }
+.mg-table table { border-collapse: collapse; font-size: 0.82rem; }
+.mg-table th, .mg-table td { border: 1px solid rgba(49, 51, 63, 0.2); padding: 0.15rem 0.4rem;
+  vertical-align: top; }
+.mg-table th { background: rgba(49, 51, 63, 0.05); }
 .mg-head { display: block; padding: 0.45rem 0.75rem; font-size: 0.92rem; font-weight: 600;
   color: inherit !important; text-decoration: none !important; }
 .mg-head::before { content: "\\25B8  "; color: rgba(49, 51, 63, 0.5); }

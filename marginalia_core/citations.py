@@ -12,16 +12,6 @@ from dataclasses import dataclass
 
 MARK_RE = re.compile(r"\[\s*(\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*)\s*\]")
 MAX_RANGE = 20  # "[1-300]" is not a citation worth expanding
-# Only these documents have real pages; a text or Markdown file is stored as one long page 1,
-# which is never shown as a page label (Inspector, lab, margin, exports)
-PAGED_MIMES = frozenset({"application/pdf"})
-
-
-def has_pages(mime: str | None) -> bool:
-    """Does a document of this mime have pages worth naming ("p. 3")? Only PDFs do."""
-    return (mime or "").split(";")[0].strip().lower() in PAGED_MIMES
-
-
 @dataclass(frozen=True)
 class Mark:
     start: int

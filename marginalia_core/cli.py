@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from marginalia_core import __version__, events
 from marginalia_core.config import ON_DUPLICATE_CHOICES, RETRIEVAL_MODES, load_settings, mask_url
 from marginalia_core.errors import MarginaliaError
+from marginalia_core.ingest.web import is_web_address
 from marginalia_core.lab import RetrievalLab
 from marginalia_core.store import copy_to_postgres
 from marginalia_core.store.base import is_postgres_url
@@ -45,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"marginalia {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("ingest", help="index files (PDF, TXT, MD); prints stage/done/error events")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p = sub.add_parser("ingest", help="index files (PDF, Word, PowerPoint, Excel, CSV, ODT, EPUB, "
+                       "HTML, TXT, MD) or web pages (https://...); prints stage/done/error events")
+    p.add_argument("files", nargs="+", metavar="FILE_OR_URL")
     pw = p.add_mutually_exclusive_group()
     pw.add_argument("--password", help="password for encrypted PDFs (visible to other users "
                     "of this machine in the process list: prefer --password-file)")
@@ -111,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("documents", help="list indexed documents")
     _common(p)
     p = sub.add_parser("delete", help="delete a document and its chunks")
+    p.add_argument("id", metavar="ID")
+    _common(p)
+    p = sub.add_parser("refresh", help="fetch a web page document again; replaced if changed")
     p.add_argument("id", metavar="ID")
     _common(p)
     p = sub.add_parser("reindex", help="re-chunk/re-embed documents with the active embedder")
@@ -220,7 +225,20 @@ def _password(args: argparse.Namespace) -> str | None:
 
 
 def cmd_ingest(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    return _stream(ws.ingest_files(args.files, password=_password(args)), out, err, "refused")
+    password = _password(args)
+
+    def each() -> Iterator[events.Event]:
+        for item in args.files:  # in the order given; a web address is fetched, only here
+            if is_web_address(item):
+                yield from ws.ingest_url(item)
+            else:
+                yield from ws.ingest_files([item], password=password)
+
+    return _stream(each(), out, err, "refused")
+
+
+def cmd_refresh(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _stream(ws.refresh(args.id), out, err, "refresh failed")
 
 
 def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -455,6 +473,7 @@ COMMANDS = {
     "eval": cmd_eval,
     "qsets": cmd_qsets,
     "ingest": cmd_ingest,
+    "refresh": cmd_refresh,
     "search": cmd_search,
     "ask": cmd_ask,
     "documents": cmd_documents,

@@ -125,3 +125,15 @@ class InvalidInputError(MarginaliaError):
     """A request the user can fix (a blank title, say); nothing was changed."""
 
     reason = "invalid_input"
+
+
+class MacroError(ExtractionError):
+    """A macro-enabled Office file (.docm, .xlsm, ... or macros inside a .docx): never opened."""
+
+    reason = "macros"
+
+
+class FetchError(ExtractionError):
+    """A web page could not be fetched (unreachable, an HTTP error, too slow, too big, not HTML)."""
+
+    reason = "fetch"

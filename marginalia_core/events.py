@@ -26,6 +26,7 @@ class Source(TypedDict, total=False):
     excerpt: str
     content: str
     ocr: bool  # text read from a scan by OCR (absent in sources saved before issue 12)
+    location: str  # "p. 3", "slide 3", "sheet Budget, rows 12–40", "" (absent before issue 26)
 
 
 class MetaEvent(TypedDict):

@@ -131,7 +131,7 @@ class Workspace:
         get_reranker_class(merged.retrieval.reranker)  # an unknown name is refused here
         self.store.save_library_settings(kept)
         self._mark = self._applied_mark()
-        self._use(with_local_model(merged, self.local_model()))
+        self._use(merged)
         config = merged.retrieval
         target, overlap = config.chunk_target, effective_overlap(
             config.chunk_target, config.chunk_overlap)
@@ -272,6 +272,15 @@ class Workspace:
         return pipeline.ingest_bytes(
             self.store, self.embedder, self.settings, name, data, mime=mime, password=password
         )
+
+    def ingest_url(self, url: str) -> Iterator[events.IngestEvent]:
+        """Fetch a web page (this explicit request is the only time one is fetched) and index
+        it under its final address: ``stage`` ``fetching``, then as :meth:`ingest`."""
+        return pipeline.ingest_url(self.store, self.embedder, self.settings, url)
+
+    def refresh(self, document_id: str) -> Iterator[events.IngestEvent]:
+        """Fetch a web page document again; replaced (same id) if it changed."""
+        return pipeline.refresh_document(self.store, self.embedder, self.settings, document_id)
 
     def ingest_path(
         self, path: str | Path, *, password: str | None = None

@@ -15,10 +15,10 @@ from marginalia_app.ingest_view import (
     render_results,
     watch,
 )
-from marginalia_app.passages import has_pages
 from marginalia_app.samples import samples_in_library
 from marginalia_app.shell import page
 from marginalia_core.errors import NotFoundError
+from marginalia_core.ingest import formats
 
 ws = page()
 settings = ws.settings
@@ -68,7 +68,7 @@ def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
 
 st.title("Documents", anchor=False)
 st.caption(
-    f"PDF, plain text and Markdown files, up to {settings.max_upload_mb:g} MB each. "
+    f"{formats.upload_help()}, up to {settings.max_upload_mb:g} MB each. "
     + ("Everything is kept in the shared PostgreSQL library."
        if settings.database_url else "Everything stays in one SQLite file on this computer.")
 )
@@ -95,7 +95,8 @@ if mismatch is not None:
 # ---- upload
 files = st.file_uploader(
     "Add documents",
-    type=["pdf", "txt", "md", "markdown"],
+    # no ``type=``: Streamlit's own extension check raises on a name with a NUL byte before
+    # this page runs; the format table refuses an unsupported file with its reason instead
     accept_multiple_files=True,
     key=f"uploader-{state['uploader_generation']}",
     help="Choose or drop several files at once. Each is indexed on its own: one bad file "
@@ -107,6 +108,23 @@ if files:
     state["upload_batch"] = [j.id for j in jobs]
     state.pop("upload_results", None)
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
+    st.rerun()
+
+# ---- a web page: fetched now, only because it was asked for
+with st.form("add_web_page", clear_on_submit=True, border=False):
+    row = st.columns([5, 1], vertical_alignment="bottom")
+    address = row[0].text_input(
+        "Add a web page",
+        placeholder="https://…",
+        key="web_address",
+        help="Fetched once, now, from this address (besides the model service, the only time "
+        "Marginalia goes online); its main text is indexed and cited with its address.",
+    )
+    add_page = row[1].form_submit_button("Add page", icon=":material/public:")
+if add_page and address.strip():
+    shown = address.strip()
+    state["upload_results"] = [watch(shown, ws.ingest_url(shown), shown)]
+    state.pop("upload_batch", None)
     st.rerun()
 
 job_queue(ws)
@@ -162,8 +180,10 @@ table = pd.DataFrame(
             "Size": fmt.format_size(d["size"]),
             "Passages": d["chunk_count"],
             # blank (not a grey "None") for a text or Markdown file, which has no pages
-            "Pages": str(d["page_count"]) if has_pages(d["mime"]) else "",
-            "Text": fmt.ocr_label(d) or ("text layer" if has_pages(d["mime"]) else "text"),
+            "Pages": formats.extent(d["mime"], d["page_count"], formats.decode_units(
+                d.get("locations"), d["page_count"])),
+            "Text": fmt.ocr_label(d) or ("text layer" if formats.by_mime(d["mime"]).renders
+                                         == "pdf" else "text"),
             "Read": fmt.health_summary(d),
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
@@ -183,7 +203,9 @@ st.dataframe(
     column_config={
         "Document": st.column_config.TextColumn(width="medium"),
         "Passages": st.column_config.NumberColumn(help="Chunks of about 1,400 characters"),
-        "Pages": st.column_config.TextColumn(help="A PDF's page count (text files have none)"),
+        "Pages": st.column_config.TextColumn(
+            help="A PDF's pages; the slides, sheet rows, chapters or sections of other "
+            "documents (text files have none)"),
         "Added": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
         "Text": st.column_config.TextColumn(
             help="Read from the PDF's text layer, or recognised from scanned pages by OCR"
@@ -208,6 +230,19 @@ if troubled:
         for d in troubled:
             lines = "\n".join(f"- {fmt.escape_inline(line)}" for line in fmt.health_details(d))
             st.markdown(f"**{fmt.escape_inline(d['name'], 80)}**\n\n{lines}")
+
+# ---- web pages: fetched again on request
+web_pages = [d for d in documents if d.get("source_url")]
+if web_pages:
+    with st.expander("Refresh web pages", icon=":material/refresh:"):
+        for doc in web_pages:
+            line = st.container(horizontal=True, vertical_alignment="center")
+            line.markdown(f"{fmt.escape_inline(doc['source_url'], 90)}  \n"
+                          f":gray[fetched {fmt.escape_inline(doc.get('fetched_at') or '', 40)}]")
+            if line.button("Refresh", key=f"refresh-{doc['id']}", icon=":material/refresh:"):
+                state["upload_results"] = [watch(doc["name"], ws.refresh(doc["id"]),
+                                                 doc["name"])]
+                st.rerun()
 
 # ---- delete, with a confirmation
 by_id = {d["id"]: d for d in documents}

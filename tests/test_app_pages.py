@@ -563,3 +563,39 @@ def test_interrupted_upload_is_offered_for_resume_and_then_indexed(app_env, work
     assert not at.exception
     settle(at, app_env)
     assert at.dataframe[0].value["Document"].tolist() == ["sourdough.md"]
+
+
+FORMAT_FILES = ROOT / "tests" / "data" / "formats"
+
+
+def test_office_files_and_tricky_names_from_the_documents_page(app_env, workspace):
+    """New formats upload like any file, their table rows name slides/rows/sections, and a
+    file name with a NUL byte, a newline, a right-to-left override or 300 characters is shown
+    as text (an upload named ``nul\\x00byte.txt`` used to end the page in an exception)."""
+    at = start(DOCUMENTS)
+    at.file_uploader[0].set_value(
+        [
+            ("txt-fit-text.pptx", (FORMAT_FILES / "txt-fit-text.pptx").read_bytes(),
+             "application/vnd.openxmlformats-officedocument.presentationml.presentation"),
+            ("inventory-table.xlsx", (FORMAT_FILES / "inventory-table.xlsx").read_bytes(),
+             "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+            ("pass_protected.xlsx", (FORMAT_FILES / "pass_protected.xlsx").read_bytes(), ""),
+            ("nul\x00byte.txt", b"A note about quince jelly and muslin bags.", "text/plain"),
+            ("line\nbreak\u202egnp.md", b"# Pruning\n\nCut back to an outward bud.", ""),
+            ("r" * 300 + ".md", b"# Long\n\nA file with a very long name about grafting.", ""),
+        ]
+    ).run()
+    assert not at.exception
+    settle(at, app_env)
+    assert not at.exception
+    labels = [s.label for s in at.status]
+    assert any("txt\\-fit\\-text\\.pptx — indexed" in x and "1 slide" in x for x in labels), labels
+    assert any("inventory" in x and "4 rows" in x for x in labels), labels
+    refused = next(s for s in at.status if "pass\\_protected" in s.label)
+    assert refused.state == "error" and "password-protected" in plain(refused.markdown[0].value)
+    docs = next(d.value for d in at.dataframe if "Pages" in d.value.columns)
+    by_name = dict(zip(docs["Document"], docs["Pages"], strict=True))
+    assert by_name["txt-fit-text.pptx"] == "1 slide" and by_name["inventory-table.xlsx"] == "4 rows"
+    names = list(by_name)
+    assert "nul_byte.txt" in names and all(ch.isprintable() for n in names for ch in n)
+    assert all(len(n) <= 200 for n in names)

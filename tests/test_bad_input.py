@@ -30,6 +30,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zipfile
 import zlib
 from datetime import timedelta
 from pathlib import Path
@@ -44,7 +45,8 @@ from pdf_maker import serialize
 from marginalia_core.config import Settings
 from marginalia_core.errors import ExtractionError
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.ingest.extraction import MAX_PAGES, extract
+from marginalia_core.ingest.extraction import MAX_PAGES
+from marginalia_core.ingest.formats import extract
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path
 from marginalia_core.providers.embeddings.base import EmbedderBase, l2_normalize
 from marginalia_core.store.sqlite import Store
@@ -55,7 +57,7 @@ PDFS = ROOT.parent / "shared" / "eval" / "pdfs"
 # Every refusal reason extraction/ingestion may give for a file (errors.py + MislabelledFileError).
 FILE_REASONS = {
     "unsupported", "binary", "encoding", "encrypted", "wrong_password", "no_text", "corrupt",
-    "empty", "too_large", "unreadable", "mislabelled",
+    "empty", "too_large", "unreadable", "mislabelled", "macros",
 }
 DAMAGED = {"indexed", "corrupt", "no_text", "empty", "mislabelled"}  # acceptable for random damage
 FIGURES: dict[str, object] = {}
@@ -169,6 +171,78 @@ def blank_pages_pdf(n: int) -> bytes:
     return buf.getvalue()
 
 
+FORMATS_DIR = ROOT / "tests" / "data" / "formats"
+
+
+def small_docx(*paragraphs: str) -> bytes:
+    import docx
+
+    document = docx.Document()
+    for text in paragraphs:
+        document.add_paragraph(text)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def with_member(data: bytes, member: str, content: bytes, *, compress: bool = True) -> bytes:
+    """A copy of ZIP ``data`` with one more member."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            dst.writestr(item, src.read(item.filename))
+        dst.writestr(member, content, zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED)
+    return out.getvalue()
+
+
+def office_hostile_files() -> dict[str, tuple[bytes, set[str]]]:
+    """Word, Excel, PowerPoint, OpenDocument, EPUB, CSV and HTML files that must be refused,
+    each with its reason (issue 26 item 3)."""
+    docx = small_docx("A paragraph about quince rootstocks and their yields.")
+    xlsx = (FORMATS_DIR / "inventory-table.xlsx").read_bytes()
+    locked = (FORMATS_DIR / "pass_protected.xlsx").read_bytes()  # a real encrypted workbook
+    files: dict[str, tuple[bytes, set[str]]] = {
+        "real.docx": (docx, {"indexed"}),
+        "locked.xlsx": (locked, {"encrypted"}),
+        "locked-named.docx": (locked, {"encrypted"}),
+        "macros.docm": (docx, {"macros"}),
+        "macros.xlsm": (xlsx, {"macros"}),
+        "hidden-macros.docx": (with_member(docx, "word/vbaProject.bin", b"\xd0\xcf" * 64),
+                               {"macros"}),
+        # 64 MB of zeros in one member: ~60 KB packed, a 1000x ratio
+        "bomb.docx": (with_member(docx, "word/media/filler.bin", bytes(64 * 1024 * 1024)),
+                      {"too_large"}),
+        "bomb.xlsx": (with_member(xlsx, "xl/media/filler.bin", bytes(64 * 1024 * 1024)),
+                      {"too_large"}),
+        "empty.docx": (b"", {"empty"}),
+        "no-text.docx": (small_docx(), {"empty"}),
+        "empty.csv": (b"", {"empty"}),
+        "only-commas.csv": (b",,,\n,,,\n", {"empty"}),
+        "empty.html": (b"<html><head><script>x()</script></head><body><nav>Home</nav></body>"
+                       b"</html>", {"empty"}),
+        "xlsx-named.docx": (xlsx, {"mislabelled"}),
+        "docx-named.pptx": (docx, {"mislabelled"}),
+        "text-named.xlsx": (b"Item,Cost\nPaper,4\n", {"mislabelled"}),
+        "docx-named.csv": (docx, {"mislabelled"}),
+        "plain-zip.epub": (_plain_zip(), {"mislabelled"}),
+        "cut-half.docx": (docx[: len(docx) // 2], {"corrupt"}),
+        "cut-half.xlsx": (xlsx[: len(xlsx) // 2], {"corrupt"}),
+        "old-format.doc": (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(500), {"unsupported"}),
+    }
+    pdfs = sorted(PDFS.glob("sf__minimal-document.pdf"))
+    if pdfs:
+        files["pdf-named.pptx"] = (pdfs[0].read_bytes(), {"mislabelled"})
+        files["pdf-named.html"] = (pdfs[0].read_bytes(), {"mislabelled"})
+    return files
+
+
+def _plain_zip() -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("notes.txt", "hello")
+    return out.getvalue()
+
+
 def hostile_files() -> dict[str, tuple[bytes, set[str]]]:
     """name -> (bytes, acceptable outcomes)."""
     rng = random.Random(1234)
@@ -208,7 +282,7 @@ def hostile_files() -> dict[str, tuple[bytes, set[str]]]:
     files["elf-named.md"] = (b"\x7fELF" + rng.randbytes(500), {"binary"})
     if (PDFS / "sf__minimal-document.pdf").exists():
         files["pdf-named.md"] = ((PDFS / "sf__minimal-document.pdf").read_bytes(), {"mislabelled"})
-    files["report.docx"] = (b"PK\x03\x04" + rng.randbytes(100), {"unsupported"})
+    files["report.docx"] = (b"PK\x03\x04" + rng.randbytes(100), {"corrupt"})
     files["script.exe"] = (b"MZ" + rng.randbytes(100), {"unsupported"})
     files["no-extension"] = (("Plain words with no extension. " * 30).encode(), {"indexed"})
     files["one-long-line.txt"] = (("".join(rng.choice("abcdefgh") for _ in range(200_000))).encode(),
@@ -218,6 +292,7 @@ def hostile_files() -> dict[str, tuple[bytes, set[str]]]:
         b" and some real prose about margins and glosses in old books.\n" * 10,
         {"indexed"},
     )
+    files.update(office_hostile_files())
     return files
 
 
@@ -338,7 +413,7 @@ def test_names_with_path_separators_and_control_characters(name, env):
 @pytest.mark.parametrize(
     "ext,data,expected",
     [
-        (".docx", b"PK\x03\x04" + b"\x00" * 100, "unsupported"),
+        (".docx", b"PK\x03\x04" + b"\x00" * 100, "corrupt"),
         (".pdf", b"just some text, not a PDF", "mislabelled"),
         (".md", b"# A heading\n\nSome markdown about margins.", "indexed"),
     ],
@@ -501,7 +576,7 @@ MEASURE = r"""
 import json, sys, time
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.errors import ExtractionError
-from marginalia_core.ingest.extraction import extract
+from marginalia_core.ingest.formats import extract
 
 
 def peak_mb():  # VmHWM: this process's own peak RSS (ru_maxrss survives exec from pytest)
@@ -648,7 +723,32 @@ def mutate(data: bytes, mutations) -> bytes:
     return bytes(buf)
 
 
-NAMES = st.sampled_from(["f.pdf", "f.txt", "f.md", "f", "F.PDF", "f.markdown"])
+NAMES = st.sampled_from(["f.pdf", "f.txt", "f.md", "f", "F.PDF", "f.markdown", "f.docx", "f.pptx",
+                         "f.xlsx", "f.csv", "f.odt", "f.epub", "f.html"])
+# Real files of each new format (tests/data/formats) and the member of each that holds its text
+FORMAT_SEEDS = {
+    "comments-rich-para.docx": "word/document.xml",
+    "txt-fit-text.pptx": "ppt/slides/slide1.xml",
+    "inventory-table.xlsx": "xl/worksheets/sheet1.xml",
+    "headers.odt": "content.xml",
+    "wasteland.epub": "EPUB/wasteland-content.xhtml",
+    "analysis-data.csv": "",
+    "creativecommons.org.html": "",
+}
+FORMAT_BYTES = {name: (FORMATS_DIR / name).read_bytes() for name in FORMAT_SEEDS}
+
+
+def mutate_member(data: bytes, member: str, mutations) -> bytes:
+    """``data`` (a ZIP) with one member's bytes mutated and the archive rebuilt, so the damage
+    reaches the format's XML parser instead of stopping at the ZIP checksum."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            body = src.read(item.filename)
+            if item.filename == member:
+                body = mutate(body, mutations)
+            dst.writestr(item, body)
+    return out.getvalue()
 
 
 def _fuzz_random_bytes(name, data):
@@ -693,6 +793,18 @@ def test_fuzz_extract_chunk_mutated_pdfs(seed_name, mutations):
 @mutated_strategy
 def test_fuzz_extract_chunk_mutated_pdfs_long(seed_name, mutations):
     _fuzz_mutated_pdf(seed_name, mutations)
+
+
+@settings(max_examples=FUZZ_EXAMPLES, **COMMON)
+@given(seed_name=st.sampled_from(sorted(FORMAT_SEEDS)),
+       mutations=st.lists(MUTATION, min_size=1, max_size=8), inside=st.booleans())
+def test_fuzz_extract_chunk_mutated_documents(seed_name, mutations, inside):
+    """Word, PowerPoint, Excel, OpenDocument, EPUB, CSV and HTML files damaged as bytes, or
+    inside the ZIP member that holds their text: indexed or refused with a reason."""
+    data, member = FORMAT_BYTES[seed_name], FORMAT_SEEDS[seed_name]
+    damaged = (mutate_member(data, member, mutations) if inside and member
+               else mutate(data, mutations))
+    check_extract_and_chunk(seed_name, damaged)
 
 
 @pytest.fixture(scope="module")

@@ -33,9 +33,8 @@ from marginalia_core.ingest.extraction import (
     PDF_MIME,
     TEXT_MIME,
     Extracted,
-    extract,
-    sniff_mime,
 )
+from marginalia_core.ingest.formats import extract, sniff_mime
 
 PDF_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "pdfs"
 MANIFEST = PDF_DIR / "MANIFEST.tsv"
@@ -315,7 +314,7 @@ def test_too_large_is_checked_before_parsing():
     extract("fits.txt", b"x" * 10, max_bytes=10)
 
 
-@pytest.mark.parametrize("name", ["report.docx", "sheet.xlsx", "archive.tar.gz", "image.PNG"])
+@pytest.mark.parametrize("name", ["report.doc", "sheet.xls", "archive.tar.gz", "image.PNG"])
 def test_unsupported_extension(name):
     with pytest.raises(UnsupportedTypeError) as err:
         extract(name, b"whatever")
@@ -358,7 +357,7 @@ def test_sniff_mime():
     assert sniff_mime("x.txt", b"  %PDF-1.4 ...") == PDF_MIME
     assert sniff_mime("x.md", b"# hello") == MARKDOWN_MIME
     assert sniff_mime("x.pdf", b"hello") == TEXT_MIME
-    assert sniff_mime("x.txt", b"PK\x03\x04rest") == "application/zip"
+    assert sniff_mime("x.txt", b"PK\x03\x04rest") == "application/x-damaged-zip"  # opens as no ZIP
     assert sniff_mime("x.txt", b"a\x00b") == "application/octet-stream"
     assert sniff_mime("x.txt", "hi".encode("utf-16")) == TEXT_MIME
 

@@ -148,7 +148,7 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
 
     from marginalia_core.ingest.chunking import chunk_text
     from marginalia_core.ingest.embed_cache import EmbeddingCache
-    from marginalia_core.ingest.extraction import extract
+    from marginalia_core.ingest.formats import extract
     from marginalia_core.ingest.pipeline import _EarlyEmbeddings, _EmbeddingProgress
 
     data = long_pdf(12)

@@ -18,7 +18,7 @@ from marginalia_app import presentation as fmt
 from marginalia_core.config import load_settings
 from marginalia_core.errors import NoTextLayerError
 from marginalia_core.ingest import ocr
-from marginalia_core.ingest.extraction import extract
+from marginalia_core.ingest.formats import extract
 from marginalia_core.ingest.pipeline import IngestOutcome, follow
 from marginalia_core.workspace import Workspace
 

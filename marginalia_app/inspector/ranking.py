@@ -55,7 +55,8 @@ def show(ws: Workspace, c: Controls) -> None:
     table = pd.DataFrame([
         {"returned": fmt.sortable_number(returned.get(r.chunk_id), "d", 3),
          "document": r.document_name,
-         "page": fmt.page_label(r.page_start, r.page_end, r.mime).split(" ", 1)[-1],
+         "page": fmt.page_label(r.page_start, r.page_end, r.mime,
+                                r.location).split(" ", 1)[-1],
          "hybrid score": round(r.fused, 4), "hybrid rank": r.fused_rank,
          "cosine": round(r.cosine, 4), "meaning rank": r.dense_rank,
          "bm25": fmt.sortable_number(r.bm25 if r.lexical_rank else None, ".2f", 9),
@@ -90,7 +91,8 @@ def show(ws: Workspace, c: Controls) -> None:
         if len(df):
             st.altair_chart(histogram(df, threshold), width="stretch")
     with passage_col, st.container(border=True, key="inspector_passage"):
-        where = [fmt.page_label(row.page_start, row.page_end, row.mime), f"passage {row.idx}"]
+        where = [fmt.page_label(row.page_start, row.page_end, row.mime, row.location),
+                 f"passage {row.idx}"]
         st.markdown(
             f"**{fmt.escape_inline(row.document_name, 80)}** · "
             + " · ".join(w for w in where if w)

@@ -73,7 +73,7 @@ def _tick_and_save(lab: RetrievalLab, c: Controls) -> None:
                "that answer it.")
     ticked = []
     for h in hits:
-        pages = fmt.page_label(h.page_start, h.page_end, h.mime)
+        pages = fmt.page_label(h.page_start, h.page_end, h.mime, h.location)
         label = (f"{fmt.escape_inline(h.document_name, 50)}"
                  f"{' · ' + pages if pages else ''} — {fmt.escape_inline(h.excerpt[:150])}")
         if st.checkbox(label, key=f"tick-{digest}-{h.chunk_id}"):

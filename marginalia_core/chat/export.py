@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from marginalia_core.citations import find_marks
+from marginalia_core.ingest import formats
 
 FILENAME_CHARS = 60
 _MD_SPECIAL_RE = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~])")
@@ -38,10 +39,13 @@ def _one_line(text: str) -> str:
 
 
 def _pages(source: dict[str, Any]) -> str:
+    if source.get("location") is not None:  # saved since issue 26: its own label
+        return str(source["location"])
     page, end = source.get("page"), source.get("page_end")
-    if not page or not str(source.get("document_name", "")).lower().endswith(".pdf"):
+    paged = formats.by_name(str(source.get("document_name", "")))
+    if not page or paged is None or paged.location != "page":  # older answers: PDFs only
         return ""
-    return f"pp. {page}–{end}" if end and end != page else f"p. {page}"
+    return formats.location_label("page", (), int(page), int(end or page))
 
 
 def _quote(text: str) -> str:

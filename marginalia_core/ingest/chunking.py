@@ -50,6 +50,7 @@ class Chunk:
     text: str
     page_start: int
     page_end: int
+    location: str = ""  # what a citation calls pages page_start..page_end ("slides 3–4")
 
 
 def effective_overlap(target: int, overlap: int) -> int:

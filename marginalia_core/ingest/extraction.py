@@ -29,10 +29,8 @@ from marginalia_core.errors import (
     EmptyFileError,
     EncodingError,
     EncryptedError,
-    MislabelledFileError,
     NoTextLayerError,
     TooLargeError,
-    UnsupportedTypeError,
     WrongPasswordError,
 )
 from marginalia_core.ingest import ocr as ocr_engine
@@ -42,21 +40,6 @@ from marginalia_core.ingest.cleanup import clean_pages
 PDF_MIME = "application/pdf"
 TEXT_MIME = "text/plain"
 MARKDOWN_MIME = "text/markdown"
-MIME_BY_EXTENSION: dict[str, str] = {
-    ".pdf": PDF_MIME,
-    ".txt": TEXT_MIME,
-    ".md": MARKDOWN_MIME,
-    ".markdown": MARKDOWN_MIME,
-}
-SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(MIME_BY_EXTENSION)
-# Browsers and OSes report these for the same supported types.
-_MIME_ALIASES: dict[str, str] = {
-    PDF_MIME: PDF_MIME,
-    "application/x-pdf": PDF_MIME,
-    TEXT_MIME: TEXT_MIME,
-    MARKDOWN_MIME: MARKDOWN_MIME,
-    "text/x-markdown": MARKDOWN_MIME,
-}
 
 # Acrobat (and pypdf) accept a "%PDF" header anywhere in the first KiB.
 PDF_MAGIC = b"%PDF"
@@ -91,7 +74,7 @@ LEGACY_SAMPLE_CHARS = 200_000
 MB = 1024 * 1024
 
 # Order matters: the UTF-32-LE BOM starts with the UTF-16-LE BOM.
-_BOMS: tuple[tuple[bytes, str], ...] = (
+BOMS: tuple[tuple[bytes, str], ...] = (
     (codecs.BOM_UTF8, "utf-8-sig"),
     (codecs.BOM_UTF32_LE, "utf-32"),
     (codecs.BOM_UTF32_BE, "utf-32"),
@@ -99,7 +82,7 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
 # Magic numbers of files people commonly upload by mistake, for a friendlier refusal.
-_BINARY_MAGIC: tuple[tuple[bytes, str, str], ...] = (
+BINARY_MAGIC: tuple[tuple[bytes, str, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png", "a PNG image"),
     (b"\xff\xd8\xff", "image/jpeg", "a JPEG image"),
     (b"GIF87a", "image/gif", "a GIF image"),
@@ -109,8 +92,8 @@ _BINARY_MAGIC: tuple[tuple[bytes, str, str], ...] = (
     (b"\x1f\x8b", "application/gzip", "a gzip archive"),
     (b"\x7fELF", "application/x-executable", "a program"),
 )
-_MAGIC_DESCRIPTION = {mime: what for _, mime, what in _BINARY_MAGIC}
-_MAGIC_DESCRIPTION[PDF_MIME] = "a PDF"
+MAGIC_DESCRIPTION = {mime: what for _, mime, what in BINARY_MAGIC}
+MAGIC_DESCRIPTION[PDF_MIME] = "a PDF"
 OCTET_STREAM = "application/octet-stream"
 
 log = logging.getLogger(__name__)
@@ -174,9 +157,21 @@ PageProgress = Callable[[int, int, str], None]  # (pages done, page count, that 
 
 
 @dataclass(frozen=True)
+class Unit:
+    """One location of a document without pages: a slide, a spreadsheet row, a chapter or a
+    section. ``name`` is the sheet, chapter title or section heading; ``number`` the slide,
+    row or chapter number (0 when the format has none)."""
+
+    name: str = ""
+    number: int = 0
+
+
+@dataclass(frozen=True)
 class Extracted:
     """``page_starts[i]`` is the offset in ``text`` where page ``i + 1`` begins. An empty page
-    gets the offset of the text that follows it, so starts never decrease."""
+    gets the offset of the text that follows it, so starts never decrease. For formats
+    without pages the "pages" are its locations (slides, rows, chapters, sections), named by
+    ``units`` (one per location, same order)."""
 
     text: str
     mime: str
@@ -184,23 +179,64 @@ class Extracted:
     page_count: int
     skipped_pages: tuple[int, ...] = ()  # 1-based pages pypdf could not read (PDF only)
     ocr_pages: tuple[int, ...] = ()  # 1-based pages whose text came from OCR (PDF only)
+    units: tuple[Unit, ...] = ()
 
 
-def _base_name(name: str) -> str:
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a reader may be given besides the bytes (each reader uses what applies to it)."""
+
+    mime: str = TEXT_MIME
+    password: str | None = None
+    ocr: bool = True
+    ocr_progress: ocr_engine.Progress | None = None
+    on_page: PageProgress | None = None
+
+
+def join_units(name: str, mime: str, parts: list[tuple[Unit, str]]) -> Extracted:
+    """An ``Extracted`` from (location, text) parts in reading order; locations without text
+    are dropped, so a chunk never names an empty slide. Refuses a document with no text."""
+    kept = [(u, t.strip()) for u, t in parts if t and t.strip()]
+    if not kept:
+        raise EmptyFileError(f"{name} holds no text; there is nothing to index.")
+    starts: list[int] = []
+    pieces: list[str] = []
+    length = 0
+    for _, piece in kept:
+        if pieces:
+            pieces.append("\n\n")
+            length += 2
+        starts.append(length)
+        pieces.append(piece)
+        length += len(piece)
+        if length > MAX_TEXT_CHARS:
+            raise too_much_text(name)
+    return Extracted(text="".join(pieces), mime=mime, page_starts=starts,
+                     page_count=len(kept), units=tuple(u for u, _ in kept))
+
+
+def read_text(name: str, data: bytes, options: ReadOptions) -> Extracted:
+    """Plain text and Markdown: decoded by the policy of :func:`_decode`, one location."""
+    return _extract_text(name, data, options.mime)
+
+
+def read_pdf(name: str, data: bytes, options: ReadOptions) -> Extracted:
+    """A PDF's text layer page by page (OCR for scanned pages)."""
+    return _extract_pdf(name, data, options.password, on_page=options.on_page,
+                        ocr=options.ocr, ocr_progress=options.ocr_progress)
+
+
+def base_name(name: str) -> str:
     return name.replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def _extension(name: str) -> str:
-    base = _base_name(name)
+def extension(name: str) -> str:
+    base = base_name(name)
     dot = base.rfind(".")
     return base[dot:].lower() if dot > 0 else ""
 
 
-def _supported_list() -> str:
-    return ", ".join(SUPPORTED_EXTENSIONS)
-
-
-def _human_size(n: int) -> str:
+def human_size(n: int) -> str:
     if n >= MB // 10:
         return f"{n / MB:.1f}".removesuffix(".0") + " MB"
     if n >= 1024:
@@ -208,7 +244,7 @@ def _human_size(n: int) -> str:
     return f"{n} bytes"
 
 
-def _looks_like_pdf(data: bytes, *, strict: bool = False) -> bool:
+def looks_like_pdf(data: bytes, *, strict: bool = False) -> bool:
     """Loose: the header pypdf would accept. Strict also wants the header first (after
     whitespace) or an end-of-file marker, so a note that merely mentions "%PDF-1.7" near its
     top is not taken for a PDF."""
@@ -217,95 +253,6 @@ def _looks_like_pdf(data: bytes, *, strict: bool = False) -> bool:
     if not strict:
         return True
     return data.lstrip().startswith(PDF_MAGIC) or PDF_EOF in data[-PDF_HEADER_WINDOW:]
-
-
-def sniff_mime(name: str, data: bytes) -> str:
-    """What the bytes actually are, as a MIME type; the name only picks between the text types
-    (plain vs Markdown) since those can't be told apart by content."""
-    if _looks_like_pdf(data, strict=True):
-        return PDF_MIME
-    for magic, mime, _ in _BINARY_MAGIC:
-        if data.startswith(magic):
-            return mime
-    head = data[:8192]
-    if not any(head.startswith(bom) for bom, _ in _BOMS) and b"\x00" in head:
-        return OCTET_STREAM
-    return MARKDOWN_MIME if MIME_BY_EXTENSION.get(_extension(name)) == MARKDOWN_MIME else TEXT_MIME
-
-
-def _declared_mime(name: str, mime: str | None, data: bytes) -> str:
-    ext = _extension(name)
-    if ext in MIME_BY_EXTENSION:
-        return MIME_BY_EXTENSION[ext]
-    if ext:
-        raise UnsupportedTypeError(
-            f"{name}: {ext} files are not supported. Upload PDF, plain-text or Markdown files "
-            f"({_supported_list()})."
-        )
-    hint = _MIME_ALIASES.get((mime or "").split(";", 1)[0].strip().lower())
-    if hint:
-        return hint
-    return PDF_MIME if _looks_like_pdf(data, strict=True) else TEXT_MIME
-
-
-def extract(
-    name: str,
-    data: bytes,
-    *,
-    mime: str | None = None,
-    password: str | None = None,
-    max_bytes: int | None = None,
-    ocr: bool = True,
-    ocr_progress: ocr_engine.Progress | None = None,
-    on_page: PageProgress | None = None,
-) -> Extracted:
-    """Extract ``data`` (the bytes of file ``name``) or raise an ExtractionError.
-
-    Checks run cheapest first, so a huge or unsupported file is refused before any parsing.
-    ``mime`` is only a hint for names without an extension (browsers report it unreliably).
-    ``on_page(done, total, page_text)`` is called after each PDF page is read, with its text
-    before the cross-page cleanup; it may raise to stop extraction there (a cancelled ingestion
-    job). Ingestion embeds that text early and reuses the vectors where the final text agrees.
-    A ``.txt``/``.md`` whose bytes are a PDF is refused as mislabelled, not parsed as a PDF.
-    PDF pages without a text layer are OCR'd when ``ocr`` is on and the engine is installed;
-    ``ocr_progress(done, total)`` is called after each such page.
-    """
-    data = bytes(data)
-    name = _base_name(name) or "This file"
-    declared = _declared_mime(name, mime, data)
-    if not data:
-        raise EmptyFileError(f"{name} is empty (0 bytes); there is nothing to index.")
-    if max_bytes is not None and len(data) > max_bytes:
-        raise TooLargeError(
-            f"{name} is {_human_size(len(data))}; the limit is {_human_size(max_bytes)}. "
-            "Split it into smaller files or raise the upload limit."
-        )
-    actual = sniff_mime(name, data)
-    if declared == PDF_MIME:
-        if not _looks_like_pdf(data):
-            what = _MAGIC_DESCRIPTION.get(actual)
-            if what is None:
-                what = (
-                    "a text file"
-                    if actual in (TEXT_MIME, MARKDOWN_MIME)
-                    else "some other binary format"
-                )
-            raise MislabelledFileError(
-                f"{name} is named .pdf but is not a PDF (it looks like {what})."
-            )
-        return _extract_pdf(name, data, password, on_page=on_page, ocr=ocr,
-                            ocr_progress=ocr_progress)
-    if actual == PDF_MIME:
-        raise MislabelledFileError(
-            f"{name} is named {_extension(name) or 'as text'} but is a PDF; rename it to .pdf "
-            "and upload it again."
-        )
-    if actual in _MAGIC_DESCRIPTION:
-        raise BinaryFileError(
-            f"{name} is {_MAGIC_DESCRIPTION[actual]}, not text; only PDF, plain-text and "
-            "Markdown files can be indexed."
-        )
-    return _extract_text(name, data, declared)
 
 
 # --------------------------------------------------------------------------- plain text
@@ -322,7 +269,7 @@ def _decode(name: str, data: bytes) -> str:
        printable Latin-1 range) if every byte is defined in it and the result does not look
        like another legacy encoding's mojibake; else EncodingError asking for UTF-8.
     """
-    for bom, encoding in _BOMS:
+    for bom, encoding in BOMS:
         if data.startswith(bom):
             try:
                 return data.decode(encoding)
@@ -359,7 +306,9 @@ def _control_ratio(text: str) -> float:
     return (len(text) - len(text.translate(_DROP_BINARY_CONTROLS))) / len(text)
 
 
-def _extract_text(name: str, data: bytes, mime: str) -> Extracted:
+def decode_text(name: str, data: bytes) -> str:
+    """The text of a text-based file (TXT, Markdown, CSV, HTML) with line ends normalised and
+    control characters removed; binary data is refused."""
     text = _decode(name, data)
     if "\x00" in text:  # a UTF-16/32 BOM followed by binary
         raise BinaryFileError(f"{name} contains binary data (NUL characters), not text.")
@@ -367,15 +316,19 @@ def _extract_text(name: str, data: bytes, mime: str) -> Extracted:
         raise BinaryFileError(
             f"{name} looks like a binary file (too many control characters), not text."
         )
-    text = text.replace("\r\n", "\n").replace("\r", "\n").translate(_TEXT_TABLE)
+    return text.replace("\r\n", "\n").replace("\r", "\n").translate(_TEXT_TABLE)
+
+
+def _extract_text(name: str, data: bytes, mime: str) -> Extracted:
+    text = decode_text(name, data)
     if not text.strip():
         raise EmptyFileError(f"{name} contains only whitespace; there is nothing to index.")
     if len(text) > MAX_TEXT_CHARS:
-        raise _too_much_text(name)
+        raise too_much_text(name)
     return Extracted(text=text, mime=mime, page_starts=[0], page_count=1)
 
 
-def _too_much_text(name: str) -> TooLargeError:
+def too_much_text(name: str) -> TooLargeError:
     return TooLargeError(
         f"{name} holds more than {MAX_TEXT_CHARS // 1_000_000} million characters of text; "
         "split it into smaller files."
@@ -416,7 +369,7 @@ def _corrupt(name: str, detail: str = "") -> CorruptFileError:
     )
 
 
-def _plain_detail(err: BaseException) -> str:
+def plain_detail(err: BaseException) -> str:
     """A short, single-line hint from a pypdf error, never a traceback."""
     text = " ".join(str(err).split())
     return text[:120] if text else type(err).__name__
@@ -427,7 +380,7 @@ def _open_pdf(name: str, data: bytes, password: str | None) -> PdfReader:
         reader = PdfReader(io.BytesIO(data))
         encrypted = reader.is_encrypted
     except Exception as err:  # pypdf raises many types on malformed input
-        raise _corrupt(name, _plain_detail(err)) from None
+        raise _corrupt(name, plain_detail(err)) from None
     if not encrypted:
         return reader
     try:
@@ -447,7 +400,7 @@ def _open_pdf(name: str, data: bytes, password: str | None) -> PdfReader:
         ) from None
     except Exception as err:
         raise EncryptedError(
-            f"{name} is encrypted with a method Marginalia cannot open ({_plain_detail(err)})."
+            f"{name} is encrypted with a method Marginalia cannot open ({plain_detail(err)})."
         ) from None
     return reader
 
@@ -498,7 +451,7 @@ def _extract_pdf(
         pages = reader.pages
         page_count = len(pages)
     except Exception as err:
-        raise _corrupt(name, _plain_detail(err)) from None
+        raise _corrupt(name, plain_detail(err)) from None
     if page_count == 0:
         raise EmptyFileError(f"{name} is a PDF with no pages; there is nothing to index.")
     if page_count > MAX_PAGES:
@@ -521,7 +474,7 @@ def _extract_pdf(
             if on_page is not None:  # progress, a cancel point, and text to embed early
                 on_page(number + 1, page_count, page_texts[-1])
     if len(skipped) == page_count:
-        raise _corrupt(name, _plain_detail(first_error) if first_error else "")
+        raise _corrupt(name, plain_detail(first_error) if first_error else "")
 
     ocr_pages: tuple[int, ...] = ()
     empty = [i for i, t in enumerate(page_texts)
@@ -530,7 +483,7 @@ def _extract_pdf(
         ocr_pages = _ocr_empty_pages(name, data, password, empty, page_texts, ocr_progress)
     text, page_starts = join_pages(finish_pages(page_texts))
     if len(text) > MAX_TEXT_CHARS:
-        raise _too_much_text(name)
+        raise too_much_text(name)
 
     if not _has_alnum(text, MIN_ALNUM_PER_PAGE * page_count):
         if skipped:

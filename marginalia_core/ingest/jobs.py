@@ -30,7 +30,7 @@ from typing import Any
 from marginalia_core import events
 from marginalia_core.config import Settings
 from marginalia_core.errors import CancelledError, JobInterruptedError, NotFoundError
-from marginalia_core.ingest.extraction import PDF_MIME
+from marginalia_core.ingest.formats import mime_for_name
 from marginalia_core.ingest.pipeline import (
     IngestOutcome,
     ingest_bytes,
@@ -181,7 +181,7 @@ class Job:
         """How an ended job turned out, in the terms the upload results use."""
         if self.status == "done":
             state = "duplicate" if self.duplicate else "indexed"
-            mime = self.mime or (PDF_MIME if self.name.lower().endswith(".pdf") else "")
+            mime = self.mime or mime_for_name(self.name)
             return IngestOutcome(self.name, state, message=self.message,
                                  chunks=self.chunks_total, pages=self.pages_total or 1,
                                  document_id=self.document_id, mime=mime)
@@ -487,6 +487,8 @@ class _Progress:
                           message=end.get("message", ""))
             if doc.get("chunk_count") is not None:  # an ended job: the document's passages
                 values.update(chunks_done=doc["chunk_count"], chunks_total=doc["chunk_count"])
+            if doc.get("page_count"):  # slides, rows, sections: the document's own count
+                self.values["pages_done"] = self.values["pages_total"] = int(doc["page_count"])
         else:
             reason = end.get("reason")
             values.update(reason=reason, message=end.get("message", ""),

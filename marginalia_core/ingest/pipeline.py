@@ -11,8 +11,8 @@ import hashlib
 import logging
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +21,17 @@ import numpy as np
 from marginalia_core import events
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, NearDuplicateError, TooLargeError
+from marginalia_core.ingest import formats, web
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.ingest.embed_cache import EmbeddingCache
-from marginalia_core.ingest.extraction import Extracted, extract, finish_pages, join_pages
+from marginalia_core.ingest.extraction import Extracted, Unit, finish_pages, join_pages
+from marginalia_core.ingest.formats import extract
 from marginalia_core.ingest.health import parse_health
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.base import LibraryStore
 from marginalia_core.store.fingerprint import fingerprint
 
 log = logging.getLogger(__name__)
-
-# Files whose original bytes are kept with the document: the margin shows their cited pages.
-KEEP_ORIGINAL_MIMES = frozenset({"application/pdf"})
 
 
 class _Abandoned(Exception):
@@ -283,6 +282,7 @@ def _index_text(
     overlap: int,
     checkpoint: Checkpoint | None = None,
     early: _EarlyEmbeddings | None = None,
+    units: Sequence[Unit] = (),
     **document: Any,
 ) -> Generator[events.IngestEvent, None, dict[str, Any]]:
     """chunk -> embed -> store, yielding stage events; returns the stored document row.
@@ -294,7 +294,9 @@ def _index_text(
     ``Store.add_document`` fields (mime, size, hash, ...).
     """
     yield events.stage("chunking", name, characters=len(text))
-    chunks = chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)
+    kind = formats.by_mime(document.get("mime")).location
+    chunks = [replace(c, location=formats.location_label(kind, units, c.page_start, c.page_end))
+              for c in chunk_text(text, target=target, overlap=overlap, page_starts=page_starts)]
     yield events.stage("chunking", name, chunks=len(chunks))
     if checkpoint is not None:
         checkpoint()
@@ -344,6 +346,7 @@ def _index_text(
         chunk_overlap=overlap,
         text=text,
         page_starts=page_starts,
+        locations=formats.encode_units(units),
         **document,
     )
 
@@ -358,13 +361,19 @@ def ingest_bytes(
     mime: str | None = None,
     password: str | None = None,
     checkpoint: Checkpoint | None = None,
+    source_url: str | None = None,
+    fetched_at: str | None = None,
+    replace_id: str | None = None,
 ) -> Iterator[events.IngestEvent]:
     """Index one file's bytes; yields ``stage`` events then ``done`` or ``error``.
 
     A PDF reports ``extracting`` with ``done``/``total`` pages as it is read. ``checkpoint`` (see
     :data:`Checkpoint`) lets a job be cancelled between pages and between embedding batches.
+    A fetched web page gives its ``source_url`` (its name, and kept with it), ``fetched_at``
+    and its ``mime`` (authoritative); ``replace_id`` replaces that document (a refresh).
     """
-    name = safe_name(name)
+    name = safe_name(name) if source_url is None else safe_url_name(source_url)
+    replacing = replace_id
     try:
         yield events.stage("extracting", name)
         if checkpoint is not None:
@@ -373,7 +382,11 @@ def ingest_bytes(
             raise TooLargeError(too_large_message(name, settings))
         digest = content_hash(data)
         existing = store.find_by_hash(digest)
-        replace_id = None
+        replace_id = replacing
+        if existing and replacing and existing["id"] == replacing and source_url:
+            yield events.done(document=existing, duplicate=True, file=name,
+                              message=f"{name} has not changed since it was added.")
+            return
         if existing:
             if (existing["embed_model"], existing["embed_dim"]) == (
                 embedder.model,
@@ -392,6 +405,7 @@ def ingest_bytes(
                 name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
                 checkpoint=checkpoint, on_text=early.add_page if early else None,
                 between_pages=early.pump if early else None, ocr=settings.ocr,
+                declared_mime=mime if source_url else None,
             )
             same = _near_duplicate(store, name, extracted.text, replace_id, settings)
             if same is not None:
@@ -409,10 +423,13 @@ def ingest_bytes(
                 content_hash=digest,
                 page_count=extracted.page_count,
                 replace_id=replace_id,
-                document_id=replace_id,  # a replaced document keeps its id (scopes, links)
-                original=data if extracted.mime in KEEP_ORIGINAL_MIMES else None,
+                document_id=same if same is not None else replacing,  # scopes, links kept
+                original=data if formats.by_mime(extracted.mime).keep_original else None,
                 ocr_pages=extracted.ocr_pages,
                 parse_health=parse_health(extracted),
+                units=extracted.units,
+                source_url=source_url,
+                fetched_at=fetched_at,
                 checkpoint=checkpoint,
                 early=early,
             )
@@ -597,6 +614,9 @@ def reindex_document(
             original=original,
             ocr_pages=doc.get("ocr_pages") or (),
             parse_health=doc.get("parse_health") or {},
+            units=formats.decode_units(doc.get("locations"), doc["page_count"]),
+            source_url=doc.get("source_url"),
+            fetched_at=doc.get("fetched_at"),
         )
         yield events.done(document=new, duplicate=False, file=name, reindexed=True)
     except MarginaliaError as exc:
@@ -618,6 +638,51 @@ def too_large_message(name: str, settings: Settings) -> str:
 
 
 MAX_NAME_CHARS = 200
+
+
+def ingest_url(
+    store: LibraryStore,
+    embedder: Embedder,
+    settings: Settings,
+    url: str,
+    *,
+    replace_id: str | None = None,
+) -> Iterator[events.IngestEvent]:
+    """Fetch a web page (only on this explicit request) and index it under its final URL:
+    ``stage`` ``fetching``, then as :func:`ingest_bytes`. ``replace_id``: a refresh of that
+    document (an unchanged page is reported as such and left alone)."""
+    shown = safe_url_name(web.display_url(url.strip()))
+    try:
+        yield events.stage("fetching", shown)
+        page = web.fetch(url, max_bytes=min(settings.max_upload_bytes, web.MAX_PAGE_BYTES))
+    except MarginaliaError as exc:
+        yield events.error(exc.message, exc.reason, file=shown)
+        return
+    yield from ingest_bytes(store, embedder, settings, page.url, page.data, mime=page.mime,
+                            source_url=page.url, fetched_at=page.fetched_at,
+                            replace_id=replace_id)
+
+
+def refresh_document(
+    store: LibraryStore, embedder: Embedder, settings: Settings, document_id: str
+) -> Iterator[events.IngestEvent]:
+    """Fetch a web page document's address again and replace it if its content changed."""
+    try:
+        doc = store.get_document(document_id)
+    except MarginaliaError as exc:
+        yield events.error(exc.message, exc.reason, document_id=document_id)
+        return
+    if not doc.get("source_url"):
+        yield events.error(f"{doc['name']} was not added from a web address; there is nothing "
+                           "to refresh.", "invalid_input", document_id=document_id)
+        return
+    yield from ingest_url(store, embedder, settings, doc["source_url"], replace_id=document_id)
+
+
+def safe_url_name(url: str) -> str:
+    """A web page's display name: its address, printable and bounded."""
+    cleaned = "".join(ch if ch.isprintable() else "_" for ch in url).strip() or "web page"
+    return cleaned if len(cleaned) <= MAX_NAME_CHARS else cleaned[: MAX_NAME_CHARS - 1] + "…"
 
 
 def safe_name(name: str) -> str:

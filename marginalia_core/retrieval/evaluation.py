@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from marginalia_core.citations import has_pages
 from marginalia_core.config import RetrievalConfig
 from marginalia_core.retrieval.retriever import Candidates, Hit, Retriever
 from marginalia_core.store.question_sets import Judgment, Question, QuestionSet
@@ -372,7 +371,8 @@ def judgments_for_chunk(row: dict[str, Any], *, by: str = "span") -> Judgment:
     span (``by="span"``) or its pages (``by="page"``), never its chunk id. A text or Markdown
     file has no pages (it is stored as one page 1): judged by pages, it is the whole document,
     and its span judgment keeps no page, so no table or export names a "p. 1" for it."""
-    paged = "mime" not in row or has_pages(row["mime"])  # rows without a mime: as before
+    # a chunk row names its location ("p. 3", "slide 2"); a text file's has none
+    paged = bool(row["location"]) if "location" in row else "mime" not in row
     if by == "page":
         if not paged:
             return Judgment(row["document_name"])

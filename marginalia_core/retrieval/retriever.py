@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from marginalia_core import events
-from marginalia_core.citations import has_pages
 from marginalia_core.config import RetrievalConfig, Settings
 from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
@@ -48,7 +47,8 @@ class Hit:
     rank: int
     lexical_score: float | None = None
     ocr: bool = False  # the passage's text was read from a scan by OCR
-    mime: str = ""  # its document's: only a PDF's pages are named (citations.has_pages)
+    mime: str = ""  # its document's
+    location: str = ""  # what a citation calls its place: "p. 3", "slide 2", "" (a text file)
     start: int = 0  # character offsets in the document's text (span judgments)
     end: int = 0
     rescued: bool = False  # kept in hybrid mode below the threshold (every query term)
@@ -71,6 +71,7 @@ class Hit:
             "excerpt": self.excerpt,
             "content": self.content,
             "ocr": self.ocr,
+            "location": self.location,
         }
 
 
@@ -110,7 +111,8 @@ class ExplainedChunk(RankedChunk):
     page_end: int = 1
     content: str = ""
     passes: bool = False  # shown in hybrid mode at this threshold
-    mime: str = ""  # its document's: only a PDF's pages are named (citations.has_pages)
+    mime: str = ""  # its document's
+    location: str = ""  # "p. 3", "slide 2", "" (see Hit)
 
     @property
     def excerpt(self) -> str:
@@ -461,6 +463,7 @@ class Retriever:
                     content=m["content"],
                     passes=r.cosine >= threshold or r.rescued,
                     mime=str(m.get("mime") or ""),
+                    location=str(m.get("location") or ""),
                 )
             )
         return out
@@ -495,7 +498,7 @@ class Retriever:
                 {
                     "document": row["document_name"],
                     "chunk": row["idx"],
-                    "page": _page_label(row["page_start"], row["page_end"], row.get("mime")),
+                    "page": _short_location(str(row.get("location") or "")),
                     "score": round(score, 4),
                     "rank": rank,
                     "passes": score >= threshold,
@@ -532,6 +535,7 @@ def hits_from(
                 lexical_score=None if lex is None else float(lex),
                 ocr=bool(row.get("ocr")),
                 mime=str(row.get("mime") or ""),
+                location=str(row.get("location") or ""),
                 start=int(row.get("start") or 0),
                 end=int(row.get("end") or 0),
                 rescued=r.rescued,
@@ -551,8 +555,10 @@ def cosine_lookup(scored: Scored, chunk_ids: list[int]) -> list[float | None]:
     return [float(scored.scores[p]) if ok else None for p, ok in zip(pos, found)]
 
 
-def _page_label(start: int, end: int, mime: str | None) -> str:
-    """"3" or "3–5" for a PDF's passage; "" for a text or Markdown file (no pages)."""
-    if not has_pages(mime):
-        return ""
-    return str(start) if start == end else f"{start}–{end}"
+def _short_location(location: str) -> str:
+    """"3" or "3–5" for a PDF's passage ("p. 3"), the label itself for other locations ("slide
+    2"), "" for a text or Markdown file (no locations)."""
+    for prefix in ("pp. ", "p. "):
+        if location.startswith(prefix):
+            return location[len(prefix):]
+    return location

@@ -40,6 +40,8 @@ class ChunkRecord(Protocol):
     def page_start(self) -> int: ...
     @property
     def page_end(self) -> int: ...
+    @property
+    def location(self) -> str: ...
 
 
 @runtime_checkable
@@ -107,6 +109,9 @@ class LibraryStore(LexicalSource, Protocol):
         document_id: str | None = None,
         original: bytes | None = None,
         ocr_pages: Sequence[int] = (),
+        locations: str = "[]",
+        source_url: str | None = None,
+        fetched_at: str | None = None,
         parse_health: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]: ...
 

@@ -365,6 +365,30 @@ def m017_document_fingerprint(conn: sqlite3.Connection) -> None:
         )
 
 
+# A PDF passage's label, as ``ingest.formats.location_label`` writes it for new documents.
+PDF_LOCATION_SQL = (
+    "CASE WHEN page_start = page_end THEN 'p. ' || page_start "
+    "ELSE 'pp. ' || page_start || '–' || page_end END"
+)
+DOCUMENT_SOURCE_STATEMENTS = (
+    "ALTER TABLE documents ADD COLUMN locations TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE documents ADD COLUMN source_url TEXT",
+    "ALTER TABLE documents ADD COLUMN fetched_at TEXT",
+    "ALTER TABLE chunks ADD COLUMN location TEXT NOT NULL DEFAULT ''",
+    f"UPDATE chunks SET location = {PDF_LOCATION_SQL} WHERE document_id IN "
+    "(SELECT id FROM documents WHERE mime = 'application/pdf')",
+)
+
+
+@migration
+def m018_document_source(conn: sqlite3.Connection) -> None:
+    """Where a document's passages are and where it came from: the page map generalised to
+    slides, sheet rows, chapters and sections (``documents.locations``: the names of its
+    locations, ``chunks.location``: the label a citation shows, "slide 3", "sheet Budget, rows
+    12–40"), and a web page's final URL and fetch time. PDF passages get their page label."""
+    run_statements(conn, *DOCUMENT_SOURCE_STATEMENTS)
+
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:
     the upgrade holds the write lock from reading what is pending to recording what it applied."""

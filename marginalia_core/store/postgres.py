@@ -39,7 +39,7 @@ from marginalia_core.store.fingerprint import (
 )
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
-from marginalia_core.store.migrations import run_statements
+from marginalia_core.store.migrations import DOCUMENT_SOURCE_STATEMENTS, run_statements
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -335,6 +335,12 @@ def p009_document_fingerprint(conn: psycopg.Connection) -> None:
             )
 
 
+@pg_migration
+def p010_document_source(conn: psycopg.Connection) -> None:
+    """m018_document_source: locations of documents without pages, a web page's source."""
+    run_statements(conn, *DOCUMENT_SOURCE_STATEMENTS)
+
+
 def _document(row: dict[str, Any]) -> dict[str, Any]:
     """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
     row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
@@ -581,6 +587,9 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         document_id: str | None = None,
         original: bytes | None = None,
         ocr_pages: Sequence[int] = (),
+        locations: str = "[]",
+        source_url: str | None = None,
+        fetched_at: str | None = None,
         parse_health: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction (``replace_id``
@@ -605,6 +614,9 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             "chunk_overlap": int(chunk_overlap),
             "created": now_iso(),
             "ocr_pages": [int(p) for p in ocr_pages],
+            "locations": locations,
+            "source_url": source_url,
+            "fetched_at": fetched_at,
             "parse_health": dict(parse_health or {}),
         }
         print_ = fingerprint(text)
@@ -625,8 +637,9 @@ class PostgresStore(JobTable, LibrarySettingsTable):
                 "fingerprint_units) VALUES "
                 "(%(id)s, %(name)s, %(mime)s, %(size)s, %(chunk_count)s, %(page_count)s, "
                 "%(content_hash)s, %(embed_model)s, %(embed_dim)s, %(chunk_target)s, "
-                "%(chunk_overlap)s, %(created)s, %(ocr_pages)s, %(parse_health)s, %(text)s, "
-                "%(page_starts)s, %(text_hash)s, %(units)s)",
+                "%(chunk_overlap)s, %(created)s, %(ocr_pages)s, %(locations)s, %(source_url)s, "
+                "%(fetched_at)s, %(parse_health)s, %(text)s, %(page_starts)s, %(text_hash)s, "
+                "%(units)s)",
                 {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
                  "ocr_pages": json.dumps(doc["ocr_pages"]),
                  "parse_health": json.dumps(doc["parse_health"]),
@@ -645,8 +658,8 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             self._copy_chunks(
                 raw,
                 (
-                    (doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end, key,
-                     vectors[i])
+                    (doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
+                     getattr(c, "location", ""), key, vectors[i])
                     for i, c in enumerate(chunks)
                 ),
             )
@@ -657,8 +670,9 @@ class PostgresStore(JobTable, LibrarySettingsTable):
     def _copy_chunks(raw: psycopg.Connection, rows: Any, *, with_ids: bool = False) -> int:
         """COPY chunk rows in (binary: vectors travel as pgvector's own format)."""
         cols = ["document_id", "idx", "content", "start", '"end"', "page_start", "page_end",
-                "embedder", "embedding"]
-        types = ["text", "int4", "text", "int4", "int4", "int4", "int4", "text", "vector"]
+                "location", "embedder", "embedding"]
+        types = ["text", "int4", "text", "int4", "int4", "int4", "int4", "text", "text",
+                 "vector"]
         if with_ids:
             cols, types = ["id", *cols], ["int8", *types]
         n = 0
@@ -878,7 +892,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             return {}
         rows = self._dicts(
             'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
-            "c.page_end, d.name AS document_name, d.mime, d.ocr_pages FROM chunks c "
+            "c.page_end, c.location, d.name AS document_name, d.mime, d.ocr_pages FROM chunks c "
             "JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(%s)",
             (ids,),
         )
@@ -957,7 +971,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
         return self._dicts(
-            'SELECT id, idx, content, start, "end", page_start, page_end FROM chunks '
+            'SELECT id, idx, content, start, "end", page_start, page_end, location FROM chunks '
             "WHERE document_id = %s ORDER BY idx",
             (document_id,),
         )
@@ -1302,8 +1316,8 @@ def import_sqlite(source: Any, target: PostgresStore, *, sample: int = VECTOR_SA
                 ):
                     dims[doc_id] = (embedder_key(model, dim), int(dim))
         cur = src.execute(
-            'SELECT id, document_id, idx, content, start, "end", page_start, page_end, embedding '
-            "FROM chunks ORDER BY id"
+            'SELECT id, document_id, idx, content, start, "end", page_start, page_end, location, '
+            "embedding FROM chunks ORDER BY id"
         )
 
         def rows() -> Iterator[tuple]:

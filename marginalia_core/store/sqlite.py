@@ -175,6 +175,9 @@ class Store(JobTable, LibrarySettingsTable):
         document_id: str | None = None,
         original: bytes | None = None,
         ocr_pages: Sequence[int] = (),
+        locations: str = "[]",
+        source_url: str | None = None,
+        fetched_at: str | None = None,
         parse_health: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction.
@@ -205,13 +208,16 @@ class Store(JobTable, LibrarySettingsTable):
             "chunk_overlap": int(chunk_overlap),
             "created": now_iso(),
             "ocr_pages": [int(p) for p in ocr_pages],
+            "locations": locations,
+            "source_url": source_url,
+            "fetched_at": fetched_at,
             "parse_health": dict(parse_health or {}),
         }
         print_ = fingerprint(text)
         rows = [
             (
                 doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
-                vector_to_blob(embeddings[i]),
+                getattr(c, "location", ""), vector_to_blob(embeddings[i]),
             )
             for i, c in enumerate(chunks)
         ]
@@ -225,7 +231,8 @@ class Store(JobTable, LibrarySettingsTable):
                 "fingerprint_units) VALUES "
                 "(:id, :name, :mime, :size, :chunk_count, :page_count, :content_hash, "
                 ":embed_model, :embed_dim, :chunk_target, :chunk_overlap, :created, "
-                ":ocr_pages, :parse_health, :text, :page_starts, :text_hash, :units)",
+                ":ocr_pages, :locations, :source_url, :fetched_at, :parse_health, :text, "
+                ":page_starts, :text_hash, :units)",
                 {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
                  "ocr_pages": json.dumps(doc["ocr_pages"]),
                  "parse_health": json.dumps(doc["parse_health"]),
@@ -237,7 +244,7 @@ class Store(JobTable, LibrarySettingsTable):
             )
             conn.executemany(
                 'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
-                "page_end, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "page_end, location, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
             if original is not None:
@@ -448,7 +455,8 @@ class Store(JobTable, LibrarySettingsTable):
             marks = ",".join("?" * len(part))
             rows = self.conn.execute(
                 'SELECT c.id, c.document_id, c.idx, c.content, c.start, c."end", c.page_start, '
-                "c.page_end, d.name AS document_name, d.mime, d.ocr_pages FROM chunks c "
+                "c.page_end, c.location, d.name AS document_name, d.mime, d.ocr_pages "
+                "FROM chunks c "
                 f"JOIN documents d ON d.id = c.document_id WHERE c.id IN ({marks})",
                 part,
             ).fetchall()
@@ -461,7 +469,7 @@ class Store(JobTable, LibrarySettingsTable):
 
     def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
         rows = self.conn.execute(
-            'SELECT id, idx, content, start, "end", page_start, page_end FROM chunks '
+            'SELECT id, idx, content, start, "end", page_start, page_end, location FROM chunks '
             "WHERE document_id = ? ORDER BY idx",
             (document_id,),
         ).fetchall()

@@ -1,0 +1,322 @@
+"""HTML as Markdown sections: web pages, EPUB chapters, and Word documents (which mammoth turns
+into HTML first).
+
+The converter keeps what a reader of the passage needs (headings, paragraphs, lists, tables as
+Markdown tables, quotes, code, footnotes) and drops what is not content (scripts, styles,
+forms, images; on a web page also menus, headers, footers and sidebars). A web page's main
+content is found by trafilatura; the whole body is the fallback when it finds too little.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import warnings
+from dataclasses import dataclass
+
+from bs4 import BeautifulSoup, Comment, NavigableString, PageElement, Tag, XMLParsedAsHTMLWarning
+
+from marginalia_core.errors import EmptyFileError
+from marginalia_core.ingest.containers import check_archive, damaged, guarded
+from marginalia_core.ingest.extraction import (
+    Extracted,
+    ReadOptions,
+    Unit,
+    decode_text,
+    join_units,
+)
+
+# A heading of this level or above starts a new section (its location in citations).
+SECTION_LEVEL = 3
+# trafilatura's main content is used when it keeps at least this share of the body's text
+# (or this many characters); below it the page is mostly chrome or trafilatura missed it.
+MIN_MAIN_CHARS = 200
+MIN_MAIN_SHARE = 0.15
+
+_NEVER = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object",
+          "embed", "form", "button", "input", "select", "textarea", "head", "title", "meta",
+          "link", "img", "picture", "video", "audio", "map", "math"}
+# Page furniture: dropped from web pages, kept in EPUB chapters and Word documents.
+_CHROME = {"nav", "header", "footer", "aside", "menu", "dialog"}
+_HEADINGS = {f"h{n}": n for n in range(1, 7)}
+_SPACE = re.compile(r"\s+")
+_NOTE_ID = re.compile(r"^(footnote|endnote)-(\d+)$")
+
+
+@dataclass
+class Block:
+    kind: str  # "h", "p", "md" (already Markdown: lists, tables, quotes, code)
+    text: str
+    level: int = 0
+
+    def markdown(self) -> str:
+        return f"{'#' * self.level} {self.text}" if self.kind == "h" else self.text
+
+
+def _collapse(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def _escape_cell(text: str) -> str:
+    return _collapse(text).replace("|", "\\|")
+
+
+class _Converter:
+    def __init__(self, *, chrome: bool):
+        self.drop = _NEVER | (_CHROME if chrome else set())
+        self.notes: dict[str, str] = {}  # note id -> its number, as cited in the text
+
+    # inline ------------------------------------------------------------------------------
+    def inline(self, node: PageElement) -> str:
+        if isinstance(node, Comment):
+            return ""
+        if isinstance(node, NavigableString):
+            return str(node)
+        if not isinstance(node, Tag):
+            return ""
+        name = node.name
+        if name in self.drop:
+            return ""
+        if name == "br":
+            return " "
+        if name == "a":
+            href = str(node.get("href") or "")
+            note = _NOTE_ID.match(href.lstrip("#"))
+            if note:
+                number = _collapse(node.get_text()).strip("[]") or note.group(2)
+                self.notes[href.lstrip("#")] = number
+                return f"[^{number}]"
+            if href.startswith("#") and _collapse(node.get_text()) == "\u2191":
+                return ""  # mammoth's back-link from a note to its reference
+        inner = "".join(self.inline(c) for c in node.children)
+        if name in _HEADINGS or name in ("p", "div", "li", "td", "th", "tr", "dd", "dt"):
+            return f" {inner} "
+        text = _collapse(inner)
+        if not text:
+            return inner if inner[:1].isspace() else ""
+        if name in ("strong", "b"):
+            return _pad(inner, f"**{text}**")
+        if name in ("em", "i", "cite"):
+            return _pad(inner, f"*{text}*")
+        if name in ("code", "kbd", "samp", "tt"):
+            return _pad(inner, f"`{text}`")
+        return inner
+
+    # blocks ------------------------------------------------------------------------------
+    def blocks(self, node: Tag) -> list[Block]:
+        out: list[Block] = []
+        self._walk(node, out)
+        return out
+
+    def _walk(self, node: Tag, out: list[Block]) -> None:
+        run: list[str] = []
+
+        def flush() -> None:
+            text = _collapse("".join(run))
+            if text:
+                out.append(Block("p", text))
+            run.clear()
+
+        for child in node.children:
+            if isinstance(child, Comment):
+                continue
+            if isinstance(child, NavigableString):
+                run.append(str(child))
+                continue
+            if not isinstance(child, Tag) or child.name in self.drop:
+                continue
+            name = child.name
+            if name in _HEADINGS:
+                flush()
+                text = _collapse(self.inline(child))
+                if text:
+                    out.append(Block("h", text, _HEADINGS[name]))
+            elif name in ("ul", "ol"):
+                flush()
+                lines = self._list(child, 0)
+                if lines:
+                    out.append(Block("md", "\n".join(lines)))
+            elif name == "table":
+                flush()
+                table = self._table(child)
+                if table:
+                    out.append(Block("md", table))
+            elif name == "pre":
+                flush()
+                code = child.get_text().strip("\n")
+                if code.strip():
+                    out.append(Block("md", f"```\n{code}\n```"))
+            elif name == "blockquote":
+                flush()
+                inner = self.blocks(child)
+                if inner:
+                    quoted = "\n>\n".join(
+                        "\n".join(f"> {line}" for line in b.markdown().splitlines())
+                        for b in inner)
+                    out.append(Block("md", quoted))
+            elif name == "dt":
+                flush()
+                text = _collapse(self.inline(child))
+                if text:
+                    out.append(Block("p", f"**{text}**"))
+            elif _is_block(child):
+                flush()
+                self._walk(child, out)
+            else:
+                run.append(self.inline(child))
+        flush()
+
+    def _list(self, node: Tag, depth: int) -> list[str]:
+        lines: list[str] = []
+        ordered = node.name == "ol"
+        try:
+            number = int(str(node.get("start") or 1))
+        except ValueError:
+            number = 1
+        for item in node.find_all("li", recursive=False):
+            nested = [c for c in item.children if isinstance(c, Tag) and c.name in ("ul", "ol")]
+            text = _collapse("".join(self.inline(c) for c in item.children if c not in nested))
+            note = _NOTE_ID.match(str(item.get("id") or ""))
+            if note and text:
+                number_shown = self.notes.get(note.group(0), note.group(2))
+                lines.append(f"[^{number_shown}]: {text}")
+            elif text:
+                marker = f"{number}." if ordered else "-"
+                lines.append(f"{'  ' * depth}{marker} {text}")
+            for sub in nested:
+                lines.extend(self._list(sub, depth + 1))
+            number += 1
+        return lines
+
+    def _table(self, table: Tag) -> str:
+        rows: list[list[str]] = []
+        for tr in table.find_all("tr"):
+            if tr.find_parent("table") is not table:
+                continue  # a nested table's row: its text is in its cell already
+            cells = [_escape_cell(self.inline(c)) for c in tr.find_all(["td", "th"],
+                                                                        recursive=False)]
+            if any(cells):
+                rows.append(cells)
+        if not rows:
+            return ""
+        width = max(len(r) for r in rows)
+        rows = [r + [""] * (width - len(r)) for r in rows]
+        lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
+        lines.extend("| " + " | ".join(r) + " |" for r in rows[1:])
+        return "\n".join(lines)
+
+
+_INLINE_TAGS = {"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "i", "kbd",
+                "mark", "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time", "u",
+                "var", "wbr", "del", "ins", "font", "tt", "label", "big", "strike", "br"}
+
+
+def _is_block(tag: Tag) -> bool:
+    return tag.name not in _INLINE_TAGS
+
+
+def _pad(raw: str, marked: str) -> str:
+    """Keep the spaces around an inline element outside its Markdown markers."""
+    lead = " " if raw[:1].isspace() else ""
+    trail = " " if raw[-1:].isspace() else ""
+    return f"{lead}{marked}{trail}"
+
+
+def _soup(html: str) -> BeautifulSoup:
+    with warnings.catch_warnings():  # XHTML (EPUB, mammoth) is read as HTML on purpose
+        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
+        return BeautifulSoup(html, "lxml")
+
+
+def html_blocks(html: str, *, chrome: bool = False) -> list[Block]:
+    """The Markdown blocks of an HTML document (``chrome``: drop menus, headers, footers)."""
+    soup = _soup(html)
+    root = soup.body or soup
+    converter = _Converter(chrome=chrome)
+    return converter.blocks(root)
+
+
+def sections(blocks: list[Block], *, title: str = "") -> list[tuple[Unit, str]]:
+    """Blocks cut into sections at headings of level <= SECTION_LEVEL, each named by its
+    heading (the text before the first heading is the opening, named ``title`` if given)."""
+    out: list[tuple[Unit, list[str]]] = [(Unit(title), [])]
+    for block in blocks:
+        if block.kind == "h" and block.level <= SECTION_LEVEL:
+            out.append((Unit(block.text[:200]), []))
+        out[-1][1].append(block.markdown())
+    return [(unit, "\n\n".join(parts)) for unit, parts in out if parts]
+
+
+def markdown_text(blocks: list[Block]) -> str:
+    return "\n\n".join(b.markdown() for b in blocks)
+
+
+# ------------------------------------------------------------------------------- web pages
+
+
+def _page_title(soup: BeautifulSoup) -> str:
+    title = soup.title.get_text() if soup.title else ""
+    return _collapse(title)[:200]
+
+
+def main_content(html: str) -> tuple[str, list[Block]]:
+    """(title, blocks) of a web page's main content: trafilatura's choice of the article,
+    or the whole body without menus, headers and footers when it keeps too little."""
+    import trafilatura  # noqa: PLC0415  (heavy: imported when a page is read)
+
+    soup = _soup(html)
+    title = _page_title(soup)
+    everything = html_blocks(html, chrome=True)
+    body_chars = sum(len(b.text) for b in everything)
+    try:
+        main = trafilatura.extract(html, output_format="html", include_tables=True,
+                                   include_formatting=True, include_links=False,
+                                   include_images=False, include_comments=False,
+                                   favor_recall=True, deduplicate=False)
+    except Exception:  # a page trafilatura cannot parse: the body is read instead
+        main = None
+    if main and body_chars:  # with no text outside menus and footers, what it kept is those
+        blocks = html_blocks(main)
+        chars = sum(len(b.text) for b in blocks)
+        if chars >= min(MIN_MAIN_CHARS, body_chars) and chars >= MIN_MAIN_SHARE * body_chars:
+            return title, blocks
+    return title, everything
+
+
+@guarded("web page")
+def read_html(name: str, data: bytes, options: ReadOptions) -> Extracted:
+    """An HTML file or fetched web page: its main content, in sections by heading."""
+    html = decode_text(name, data)
+    title, blocks = main_content(html)
+    if title and not any(b.kind == "h" and b.level == 1 for b in blocks):
+        blocks.insert(0, Block("h", title, 1))
+    if not blocks:
+        raise EmptyFileError(f"{name} has no readable text (only menus, scripts or images).")
+    return join_units(name, options.mime, sections(blocks))
+
+
+# ------------------------------------------------------------------------------------ EPUB
+
+
+@guarded("EPUB book")
+def read_epub(name: str, data: bytes, options: ReadOptions) -> Extracted:
+    """An EPUB book: one location per chapter (spine document with text), in reading order."""
+    from ebooklib import ITEM_DOCUMENT, epub  # noqa: PLC0415
+
+    check_archive(name, data, "EPUB book").close()
+    try:
+        book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
+    except Exception as err:
+        raise damaged(name, "EPUB book", err) from None
+    parts: list[tuple[Unit, str]] = []
+    for item_id, _linear in book.spine:
+        item = book.get_item_with_id(item_id)
+        if item is None or item.get_type() != ITEM_DOCUMENT or isinstance(item, epub.EpubNav):
+            continue  # the table of contents is not a chapter
+        blocks = html_blocks(item.get_content().decode("utf-8", "replace"))
+        text = markdown_text(blocks)
+        if not text.strip():
+            continue
+        heading = next((b.text for b in blocks if b.kind == "h"), "")
+        parts.append((Unit(heading[:200], len(parts) + 1), text))
+    return join_units(name, options.mime, parts)

@@ -1,0 +1,182 @@
+"""Word (.docx), PowerPoint (.pptx) and OpenDocument text (.odt) as Markdown with locations.
+
+Word: mammoth (headings from styles, lists, tables, footnotes, endnotes and comments) into
+HTML, then ``markup``'s converter; sections by heading. PowerPoint: python-pptx, one location
+per slide (title, text frames, tables, groups) with its speaker notes. OpenDocument: odfpy's
+element tree; sections by heading. Benchmarks/README.md says why these libraries.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from marginalia_core.ingest import markup
+from marginalia_core.ingest.containers import check_archive, damaged, guarded
+from marginalia_core.ingest.extraction import Extracted, ReadOptions, Unit, join_units
+
+# mammoth: comment references become superscript marks, comments a list at the end.
+DOCX_STYLE_MAP = "comment-reference => sup"
+NOTES_HEADING = "Notes"
+COMMENTS_HEADING = "Comments"
+
+
+# ------------------------------------------------------------------------------------ Word
+
+
+def _label_back_matter(html: str) -> str:
+    """Put a heading before mammoth's footnote list and comment list, so each is a section
+    of its own ("section ‘Notes’") rather than the tail of the last one."""
+    soup = markup._soup(html)
+    for selector, heading in (("li[id^=footnote-], li[id^=endnote-]", NOTES_HEADING),
+                              ("dt[id^=comment-]", COMMENTS_HEADING)):
+        first = soup.select_one(selector)
+        if first is not None and first.parent is not None:
+            tag = soup.new_tag("h2")
+            tag.string = heading
+            first.parent.insert_before(tag)
+    return str(soup)
+
+
+@guarded("Word document")
+def read_docx(name: str, data: bytes, options: ReadOptions) -> Extracted:
+    import mammoth  # noqa: PLC0415  (imported when a Word file is read)
+
+    check_archive(name, data, "Word document").close()
+    try:
+        result = mammoth.convert_to_html(io.BytesIO(data), style_map=DOCX_STYLE_MAP)
+    except Exception as err:
+        raise damaged(name, "Word document", err) from None
+    blocks = markup.html_blocks(_label_back_matter(result.value))
+    return join_units(name, options.mime, markup.sections(blocks))
+
+
+# ------------------------------------------------------------------------------ PowerPoint
+
+
+def _shape_blocks(shape: Any) -> list[str]:
+    from pptx.enum.shapes import MSO_SHAPE_TYPE  # noqa: PLC0415
+
+    if shape.shape_type == MSO_SHAPE_TYPE.GROUP:
+        return [text for inner in shape.shapes for text in _shape_blocks(inner)]
+    if getattr(shape, "has_table", False) and shape.has_table:
+        rows = [[markup._escape_cell(cell.text) for cell in row.cells]
+                for row in shape.table.rows]
+        rows = [r for r in rows if any(r)]
+        if not rows:
+            return []
+        lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
+        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+        return ["\n".join(lines)]
+    if not getattr(shape, "has_text_frame", False) or not shape.has_text_frame:
+        return []
+    lines = []
+    for paragraph in shape.text_frame.paragraphs:
+        text = " ".join(paragraph.text.split())
+        if text:
+            lines.append(f"{'  ' * (paragraph.level - 1)}- {text}" if paragraph.level else text)
+    return ["\n".join(lines)] if lines else []
+
+
+@guarded("PowerPoint presentation")
+def read_pptx(name: str, data: bytes, options: ReadOptions) -> Extracted:
+    """One location per slide: its title as a heading, its text and tables, its notes."""
+    from pptx import Presentation  # noqa: PLC0415
+
+    check_archive(name, data, "PowerPoint presentation").close()
+    try:
+        slides = list(Presentation(io.BytesIO(data)).slides)
+    except Exception as err:
+        raise damaged(name, "PowerPoint presentation", err) from None
+    parts: list[tuple[Unit, str]] = []
+    for number, slide in enumerate(slides, start=1):
+        title_shape = slide.shapes.title
+        title = " ".join(title_shape.text.split()) if title_shape is not None else ""
+        blocks = [f"## {title}"] if title else []
+        for shape in slide.shapes:
+            if title_shape is not None and shape.shape_id == title_shape.shape_id:
+                continue
+            blocks.extend(_shape_blocks(shape))
+        if slide.has_notes_slide:
+            notes = slide.notes_slide.notes_text_frame
+            text = notes.text.strip() if notes is not None else ""
+            if text:
+                blocks.append(f"**Speaker notes:** {' '.join(text.split())}")
+        parts.append((Unit(title[:200], number), "\n\n".join(blocks)))
+    return join_units(name, options.mime, parts)
+
+
+# ---------------------------------------------------------------------------- OpenDocument
+
+
+def _odf_text(node: Any) -> str:
+    from odf import teletype  # noqa: PLC0415
+
+    return " ".join(teletype.extractText(node).split())
+
+
+def _odf_blocks(node: Any, out: list[markup.Block], depth: int = 0) -> None:
+    for child in node.childNodes:
+        tag = getattr(child, "qname", (None, None))[1]
+        if tag == "h":
+            level = int(child.getAttribute("outlinelevel") or 1)
+            text = _odf_text(child)
+            if text:
+                out.append(markup.Block("h", text, min(max(level, 1), 6)))
+        elif tag == "p":
+            text = _odf_text(child)
+            if text:
+                out.append(markup.Block("p", text))
+        elif tag == "list":
+            lines: list[str] = []
+            _odf_list(child, lines, depth)
+            if lines:
+                out.append(markup.Block("md", "\n".join(lines)))
+        elif tag == "table":
+            rows = []
+            for row in child.getElementsByType(_odf_type("TableRow")):
+                cells = [markup._escape_cell(_odf_text(c))
+                         for c in row.childNodes if getattr(c, "qname", ("", ""))[1]
+                         == "table-cell"]
+                if any(cells):
+                    rows.append(cells)
+            if rows:
+                width = max(len(r) for r in rows)
+                rows = [r + [""] * (width - len(r)) for r in rows]
+                lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
+                lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+                out.append(markup.Block("md", "\n".join(lines)))
+        elif tag in ("section", "div"):
+            _odf_blocks(child, out, depth)
+
+
+def _odf_list(node: Any, lines: list[str], depth: int) -> None:
+    for item in node.childNodes:
+        for part in getattr(item, "childNodes", []):
+            tag = getattr(part, "qname", (None, None))[1]
+            if tag == "list":
+                _odf_list(part, lines, depth + 1)
+            elif tag in ("p", "h"):
+                text = _odf_text(part)
+                if text:
+                    lines.append(f"{'  ' * depth}- {text}")
+
+
+def _odf_type(name: str) -> Any:
+    from odf import table  # noqa: PLC0415
+
+    return getattr(table, name)
+
+
+@guarded("OpenDocument text")
+def read_odt(name: str, data: bytes, options: ReadOptions) -> Extracted:
+    from odf import opendocument  # noqa: PLC0415
+
+    check_archive(name, data, "OpenDocument text").close()
+    try:
+        document = opendocument.load(io.BytesIO(data))
+    except Exception as err:
+        raise damaged(name, "OpenDocument text", err) from None
+    blocks: list[markup.Block] = []
+    _odf_blocks(document.text, blocks)
+    return join_units(name, options.mime, markup.sections(blocks))

@@ -1,0 +1,79 @@
+"""In a real browser: a web page served by a local HTTP server is added from the Documents page,
+and an answer cites it by its URL with its section, its table shown as a table in the margin;
+a slide deck's passage is cited as "slide 1"."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from test_browser import (  # noqa: F401 (fixtures)
+    browser,
+    chromium_path,
+    go,
+    idle,
+    open_card,
+    page,
+    server,
+    upload,
+)
+from test_web_pages import PageServer
+
+from marginalia_core.ingest import formats
+
+pytestmark = pytest.mark.browser
+
+DATA = Path(__file__).parent / "data" / "formats"
+
+
+def test_a_local_web_page_is_added_from_the_documents_page_and_cited_by_its_url(page):  # noqa: F811
+    from playwright.sync_api import expect
+
+    with PageServer() as pages:
+        url = pages.base + "/article.html"
+        # labels break autolinking with a word joiner; playwright wants "/" escaped in a regex
+        shown = re.escape(url).replace("://", ":\u2060?//").replace("/", r"\/")
+        go(page, "Documents")
+        box = page.get_by_role("textbox", name="Add a web page")
+        box.fill(url)
+        page.get_by_role("button", name="Add page").click()
+        expect(page.get_by_text(re.compile(shown + " — indexed"))).to_be_visible(
+            timeout=60_000)
+        idle(page)
+        assert "/article.html" in pages.requests  # fetched because it was asked for
+        expect(page.get_by_text("Refresh web pages")).to_be_visible()
+
+        go(page, "Chat")
+        question = page.locator('[data-testid="stChatInputTextArea"]')
+        question.fill("How long do quinces keep on a cool dark shelf?")
+        question.press("Enter")
+        pill = page.get_by_role("radio", name=re.compile(r"^\[1\] " + shown))
+        expect(pill).to_be_visible(timeout=60_000)
+        idle(page)
+        pill.click()
+        idle(page)
+        card = open_card(page)
+        expect(card).to_contain_text(url)
+        expect(card).to_contain_text("Storing the fruit")
+        expect(card.locator("table td").first).to_be_visible()
+        expect(card.locator("table")).to_contain_text("Vranja")
+        page.screenshot(path="/tmp/formats-web-cited.png")
+
+
+def test_a_slide_deck_is_cited_by_its_slide(page):  # noqa: F811
+    from playwright.sync_api import expect
+
+    name = "txt-fit-text.pptx"
+    upload(page, {"name": name, "mimeType": formats.PPTX_MIME,
+                  "buffer": (DATA / name).read_bytes()})
+    expect(page.get_by_text(re.compile(r"txt-fit-text\.pptx — indexed"))).to_be_visible(
+        timeout=60_000)
+    idle(page)
+    go(page, "Chat")
+    question = page.locator('[data-testid="stChatInputTextArea"]')
+    question.fill("What are designers of typefaces called?")
+    question.press("Enter")
+    pill = page.get_by_role("radio", name=re.compile(r"txt-fit-text\.pptx · slide 1"))
+    expect(pill.first).to_be_visible(timeout=60_000)
+    page.screenshot(path="/tmp/formats-slide-cited.png")
