@@ -63,6 +63,37 @@ def ask_timed(ws: Workspace, question: str) -> dict[str, Any]:
     return marks
 
 
+def run_strategies(settings: Settings, article: dict[str, Any], questions: list[str],
+                   strategies: list[str]) -> dict[str, Any]:
+    """The offline assembly with each extractive strategy on one index, the strategies taking
+    turns question by question (so a load spike on the shared machine hits them alike)."""
+    from marginalia_core.providers.answerers.extractive import ExtractiveAnswerer
+
+    ws = Workspace(settings)
+    try:
+        for _ in ingest_bytes(ws.store, ws.embedder, ws.settings, f"{article['_id']}.txt",
+                              article["text"].encode()):
+            pass
+        answerers = {s: ExtractiveAnswerer(settings, embedder=ws.embedder, strategy=s)
+                     for s in strategies}
+        rows: dict[str, list[dict[str, Any]]] = {s: [] for s in strategies}
+        for s in strategies:  # warm-up
+            ws.chat.answerer = answerers[s]
+            ask_timed(ws, "What is this article about?")
+        for q in questions:
+            for s in strategies:
+                ws.chat.answerer = answerers[s]
+                rows[s].append(ask_timed(ws, q))
+    finally:
+        ws.close()
+    return {s: {"questions": len(r),
+                "to_first_token": C.summary_ms([x["first_token"] for x in r if "first_token" in x]),
+                "meta_to_first_token": C.summary_ms([x["first_token"] - x["meta"] for x in r
+                                                     if "first_token" in x]),
+                "to_done": C.summary_ms([x["done"] for x in r if "done" in x])}
+            for s, r in rows.items()}
+
+
 def run_mode(name: str, settings: Settings, article: dict[str, Any], questions: list[str]) -> dict[str, Any]:
     ws = Workspace(settings)
     try:
@@ -107,9 +138,14 @@ def main() -> int:
     ap.add_argument("--article", help="article id in articles_derived.jsonl")
     ap.add_argument("--questions", type=int)
     ap.add_argument("--modes", default="offline,gemini")
+    ap.add_argument("--strategies", nargs="+", metavar="NAME",
+                    help="offline only: these extractive strategies side by side, in turns")
     args = ap.parse_args()
     custom = bool(args.article or args.questions or args.modes != "offline,gemini")
-    run = "custom" if custom else ("quick" if args.quick else "full")
+    if args.strategies:
+        run = "strategies" if not (args.article or args.questions) else "custom_strategies"
+    if not args.strategies:
+        run = "custom" if custom else ("quick" if args.quick else "full")
     article_id = args.article or ("Amazon_rainforest" if args.quick else "Geology")
     count = args.questions or (5 if args.quick else 20)
     articles, questions = C.load_squad()
@@ -120,6 +156,15 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     tmp = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     try:
+        if args.strategies:
+            s = Settings(db_path=str(tmp / "strategies.db"), embedder="local",
+                         answerer="extractive")
+            res["strategies"] = run_strategies(s, article, qs, args.strategies)
+            res["command"] = "PYTHONPATH=. python benchmarks/bench_latency.py " + " ".join(
+                sys.argv[1:])
+            modes = []
+            for name, r in res["strategies"].items():
+                C.log(f"[latency] {name}: first token p50 {r['to_first_token']['p50_ms']} ms")
         if "offline" in modes:
             s = Settings(db_path=str(tmp / "offline.db"), embedder="local", answerer="extractive")
             res["modes"]["offline"] = run_mode("offline", s, article, qs)

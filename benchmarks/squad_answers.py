@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _cache import EmbeddingCache  # noqa: E402
 
+from marginalia_core.chat.support import citation_quality  # noqa: E402
 from marginalia_core.citations import find_marks  # noqa: E402
 from marginalia_core.config import Settings  # noqa: E402
 from marginalia_core.ingest.pipeline import ingest_bytes  # noqa: E402
@@ -175,7 +176,10 @@ class CachedEmbedder:
         return vectors
 
 
-def index_articles(ws: Workspace, articles: dict[str, str]) -> dict[str, Any]:
+def index_articles(
+    ws: Workspace, articles: dict[str, str], ids: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Index every article; ``ids`` (when given) receives each article's document id."""
     embedder = CachedEmbedder(ws.embedder)
     t0 = time.perf_counter()
     chunks = 0
@@ -187,10 +191,19 @@ def index_articles(ws: Workspace, articles: dict[str, str]) -> dict[str, Any]:
                 raise SystemExit(f"indexing {article_id} failed: {event['message']}")
             if event["type"] == "done":
                 chunks += event["document"]["chunk_count"]
+                if ids is not None:
+                    ids[article_id] = event["document"]["id"]
     return {"chunks": chunks, "index_seconds": round(time.perf_counter() - t0, 2)}
 
 
-def ask_all(ws: Workspace, questions: list[dict[str, Any]], verbose: bool = False) -> list[dict]:
+def ask_all(
+    ws: Workspace,
+    questions: list[dict[str, Any]],
+    verbose: bool = False,
+    elsewhere: dict[str, str] | None = None,
+) -> list[dict]:
+    """Ask every question; with ``elsewhere`` (question id -> document id) each is limited to
+    that document, another article than its own (the answer is not there)."""
     rows = []
     for q in questions:
         t0 = time.perf_counter()
@@ -198,7 +211,8 @@ def ask_all(ws: Workspace, questions: list[dict[str, Any]], verbose: bool = Fals
         sources: list[dict] = []
         parts: list[str] = []
         end: dict[str, Any] = {}
-        for event in ws.chat.ask(q["question"]):
+        scope = None if elsewhere is None else [elsewhere[q["id"]]]
+        for event in ws.chat.ask(q["question"], documents=scope):
             if event["type"] == "meta":
                 sources = event["sources"]
             elif event["type"] == "token":
@@ -243,6 +257,8 @@ def ask_all(ws: Workspace, questions: list[dict[str, Any]], verbose: bool = Fals
             "ms": elapsed * 1000,
             "first_token_ms": (first_token or elapsed) * 1000,
         }
+        quality = citation_quality(end.get("answer", ""), end.get("sources", []))
+        row["alce_precision"], row["alce_recall"] = quality.precision, quality.recall
         rows.append(row)
         if verbose:
             flag = "+" if row["cite"] else ("-" if row["recall"] else " ")
@@ -279,6 +295,12 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         "mean_answer_sentences": round(statistics.mean(r["sentences"] for r in rows), 2)
         if rows
         else 0,
+        "citation_precision_alce": round(statistics.mean(r["alce_precision"] for r in rows), 4)
+        if rows else 0,
+        "citation_recall_alce": round(statistics.mean(r["alce_recall"] for r in rows), 4)
+        if rows else 0,
+        "first_token_ms_p50": round(sorted(r["first_token_ms"] for r in rows)[n // 2])
+        if rows else 0,
         "latency_ms_p50": round(ms[n // 2]) if rows else 0,
         "latency_ms_p95": round(ms[min(n - 1, int(n * 0.95))]) if rows else 0,
     }
@@ -293,11 +315,14 @@ def run(
     seed: int = SEED,
     verbose: bool = False,
     strategies: Sequence[str] = (),
+    unanswerable: bool = False,
 ) -> tuple[dict[str, Any], list[dict]]:
     """Index ``article_ids`` into a temporary database and ask a sample of their questions.
     Returns (summary, per-question rows). ``embedder``: reuse an already loaded one.
     ``strategies``: ask them all once per extractive strategy (the first one's rows are
-    returned and summarized at the top level; each strategy's summary under ``strategies``)."""
+    returned and summarized at the top level; each strategy's summary under ``strategies``).
+    ``unanswerable``: each question is also asked limited to another of the articles (in turn),
+    which cannot answer it; ``refusal_rate_unanswerable`` is the share refused."""
     articles = load_articles(article_ids)
     questions = sample_questions(load_questions(article_ids), n_questions, seed)
     with tempfile.TemporaryDirectory(prefix="squad-answers-") as tmp:
@@ -309,9 +334,17 @@ def run(
         if embedder is not None:
             ws.__dict__["embedder"] = embedder
         try:
-            indexed = index_articles(ws, articles)
+            ids: dict[str, str] = {}
+            indexed = index_articles(ws, articles, ids)
+            order = list(article_ids)
+            elsewhere = {}
+            for i, q in enumerate(questions):
+                others = [a for a in order if a != q["article"]]
+                if others:
+                    elsewhere[q["id"]] = ids[others[i % len(others)]]
             per_strategy: dict[str, Any] = {}
-            rows = []
+            rows: list[dict] = []
+            refused_first: dict[str, Any] = {}
             ask_seconds = 0.0
             for strategy in strategies or [None]:
                 if strategy is not None:
@@ -323,8 +356,22 @@ def run(
                 seconds = time.perf_counter() - t0
                 if not rows:
                     rows, ask_seconds = got, seconds
+                refused: dict[str, Any] = {}
+                if unanswerable and elsewhere:
+                    other = ask_all(ws, [q for q in questions if q["id"] in elsewhere],
+                                    elsewhere=elsewhere)
+                    refused = {
+                        "unanswerable_questions": len(other),
+                        "refusal_rate_unanswerable": round(
+                            sum(r["nothing_found"] for r in other) / len(other), 4),
+                        "unanswerable_examples": [
+                            {k: r[k] for k in ("question", "answer")} for r in other[:3]],
+                    }
+                if not rows:
+                    refused_first = refused
                 if strategy is not None:
-                    per_strategy[strategy] = {**summarize(got), "ask_seconds": round(seconds, 1)}
+                    per_strategy[strategy] = {**summarize(got), **refused,
+                                              "ask_seconds": round(seconds, 1)}
         finally:
             ws.close()
     summary = {
@@ -335,6 +382,7 @@ def run(
         "retrieval": settings.retrieval.mode,
         "seed": seed,
         **summarize(rows),
+        **refused_first,
         "ask_seconds": round(ask_seconds, 1),
     }
     if per_strategy:
@@ -355,6 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heldout", action="store_true", help="issue 11's held-out articles")
     parser.add_argument("--strategies", nargs="+", metavar="NAME",
                         help="extractive strategies to compare in this run (e.g. answer v1)")
+    parser.add_argument("--unanswerable", action="store_true",
+                        help="also ask each question limited to another article (refusals)")
     args = parser.parse_args(argv)
 
     if args.articles:
@@ -368,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = args.name or name
     t0 = time.perf_counter()
     summary, rows = run(ids, n, k=args.k, seed=args.seed, verbose=args.verbose,
-                        strategies=args.strategies or ())
+                        strategies=args.strategies or (), unanswerable=args.unanswerable)
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     summary["command"] = " ".join(
         ["python benchmarks/squad_answers.py", *(sys.argv[1:] if argv is None else argv)]

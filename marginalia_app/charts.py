@@ -37,19 +37,19 @@ def histogram(df: pd.DataFrame, threshold: float) -> alt.LayerChart:
 
 
 def threshold_rule(value: float, text: str, color: str = "#c0392b", *, side: str = "right",
-                   y: float | None = None) -> alt.LayerChart:
+                   y: float | None = None, field: str = "threshold") -> alt.LayerChart:
     """A dashed rule at ``value`` with its label. ``side``: the label starts right of the rule
     ("right") or ends left of it ("left"), so two markers at the same threshold do not write
     over each other; ``y`` (data units) puts the label at that height, None at the top."""
-    data = pd.DataFrame({"threshold": [value], "text": [f"{text} {value:.2f}"],
+    data = pd.DataFrame({field: [value], "text": [f"{text} {value:.2f}"],
                          "label_y": [y if y is not None else 0.0]})
     rule = alt.Chart(data).mark_rule(color=color, strokeWidth=2, strokeDash=[5, 3]).encode(
-        x="threshold:Q", tooltip=[alt.Tooltip("threshold:Q", format=".2f")])
+        x=f"{field}:Q", tooltip=[alt.Tooltip(f"{field}:Q", format=".2f")])
     label = alt.Chart(data).mark_text(
         align="left" if side == "right" else "right", dx=5 if side == "right" else -5,
         color=color, fontWeight="bold",
     ).encode(
-        x="threshold:Q",
+        x=f"{field}:Q",
         y=alt.value(10) if y is None else alt.Y("label_y:Q", title=None),
         text="text:N",
     )
@@ -80,12 +80,24 @@ def sweep_chart(sweep: ev.ThresholdSweep, current: float) -> alt.LayerChart:
                              y=band)).properties(height=280)
 
 
-def weight_chart(sweep: ev.WeightSweep, key: str) -> alt.Chart:
+def weight_chart(sweep: ev.WeightSweep, key: str) -> alt.LayerChart:
+    """``key`` and hit@1 against the keyword weight, the weight now and the suggested one
+    marked as on the threshold sweep."""
     rows = [{"keyword weight": round(1 - p.alpha, 2), "measure": m, "value": p.metrics[m]}
             for p in sweep.points if p.alpha is not None for m in (key, "hit@1")]
-    return alt.Chart(pd.DataFrame(rows)).mark_line(point=True).encode(
+    lines = alt.Chart(pd.DataFrame(rows)).mark_line(point=True).encode(
         x=alt.X("keyword weight:Q", title="Keyword weight (1 − fusion α)"),
-        y=alt.Y("value:Q", title=None, scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("value:Q", title=None, scale=alt.Scale(domain=[0, SWEEP_HEADROOM], nice=False),
+                axis=alt.Axis(values=[0, 0.2, 0.4, 0.6, 0.8, 1.0])),
         color=alt.Color("measure:N", legend=alt.Legend(title=None, orient="top")),
         tooltip=["measure:N", "keyword weight:Q", alt.Tooltip("value:Q", format=".3f")],
-    ).properties(height=260)
+    )
+    if sweep.current is None or sweep.best is None:
+        return alt.layer(lines).properties(height=260)
+    now, best = round(1 - sweep.current, 2), round(1 - sweep.best, 2)
+    now_side, best_side = ("left", "right") if now <= best else ("right", "left")
+    band = (1.0 + SWEEP_HEADROOM) / 2
+    return (lines
+            + threshold_rule(now, "now", "#555", side=now_side, y=band, field="keyword weight")
+            + threshold_rule(best, "suggested", "#c0392b", side=best_side, y=band,
+                             field="keyword weight")).properties(height=260)

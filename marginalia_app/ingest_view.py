@@ -5,6 +5,7 @@ and why)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -24,6 +25,13 @@ from marginalia_core.workspace import Workspace
 # the CLI submitted (an idle app makes no work every 1.5 s for each open tab).
 JOB_POLL_S = 1.5
 JOB_IDLE_POLL_S = 10.0
+# A job that ended while a tab was not looking (submitted by another tab or the CLI, and short
+# enough to start and end between two idle polls) is announced in that tab's indicator for
+# this long after the tab first sees it, so an idle tab notices every job, however short.
+ENDED_NOTICE_S = 30.0
+NOTICED_KEY = "jobs_noticed"  # session state: job id -> when this tab first saw it (monotonic)
+FIRST_LOOK = ""  # its key for the tab's first look
+OWN_UNTIL = "own"  # its key for when this tab last submitted jobs itself (epoch seconds)
 
 REFUSAL_TITLES = {
     "unsupported": "not a supported file type",
@@ -96,14 +104,25 @@ def ingest_one(ws: Workspace, name: str, data: bytes, mime: str | None = None) -
     return watch(name, ws.ingest(name, data, mime=mime), name)
 
 
+def own_jobs(jobs: Iterable[Job] = ()) -> None:
+    """Jobs this tab submitted (or runs inline) are not news to it: the indicator will not
+    announce them as having ended elsewhere."""
+    noticed = st.session_state.setdefault(NOTICED_KEY, {})
+    noticed[OWN_UNTIL] = time.time()
+    for job in jobs:
+        noticed[job.id] = time.monotonic() - ENDED_NOTICE_S
+
+
 def index_samples(ws: Workspace) -> list[IngestOutcome]:
     """Index the bundled sample documents now (they are small), as recorded jobs like any
     upload; already indexed ones are noted as duplicates."""
-    return [
+    outcomes = [
         watch(path.name, ws.job_queue.run_inline([Upload(path.name, path.read_bytes())]),
               path.name)
         for path in sample_files()
     ]
+    own_jobs()  # after: the jobs just run are older than this mark
+    return outcomes
 
 
 def _status_state(outcome: IngestOutcome) -> str:
@@ -259,12 +278,39 @@ def _polled(view: Any) -> tuple[Any, Any]:
     return st.fragment(fast, run_every=JOB_POLL_S), st.fragment(idle, run_every=JOB_IDLE_POLL_S)
 
 
+def unseen_ended(jobs: list[Job], noticed: dict[str, float], now: float) -> tuple[list[Job], bool]:
+    """(jobs that ended without this tab having seen them run, still to be announced; whether
+    one of them is news now). A tab's first look only records what is there: old jobs are
+    not news."""
+    first_look = FIRST_LOOK not in noticed
+    noticed.setdefault(FIRST_LOOK, now)
+    out, news = [], False
+    own_until = noticed.get(OWN_UNTIL, 0.0)
+    for job in jobs:
+        if job.id not in noticed:
+            created = fmt.parse_created(job.created)
+            own = created is not None and created.timestamp() <= own_until
+            seen_running = first_look or own or job.active or job.resumable
+            noticed[job.id] = now - ENDED_NOTICE_S if seen_running else now
+            news = news or not seen_running
+        if not job.active and not job.resumable and now - noticed[job.id] < ENDED_NOTICE_S:
+            out.append(job)
+    return out, news
+
+
 def _show_indicator(ws: Workspace, jobs: list[Job], documents_page: Any) -> None:
     active = [j for j in jobs if j.active]
     interrupted = [j for j in jobs if j.resumable]
-    if not active and not interrupted:
+    noticed = st.session_state.setdefault(NOTICED_KEY, {})
+    ended, news = unseen_ended(jobs, noticed, time.monotonic())
+    if news:
+        st.rerun(scope="app")  # the library changed under this page: show it
+    if not active and not interrupted and not ended:
         return
     with st.container(border=True, key="job_indicator"):
+        for job in ended[:3]:
+            st.caption(f":material/check_circle: {job_title(job)} — "
+                       f"{outcome_label(job.outcome()).split(' — ', 1)[-1]}")
         if active:
             running = [j for j in active if j.status == "running"]
             waiting = len(active) - len(running)

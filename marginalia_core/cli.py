@@ -78,6 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--all-documents", action="store_true",
         help="search every document again (clears the conversation's --document choice)",
     )
+    output = p.add_mutually_exclusive_group()
+    output.add_argument(
+        "--text", dest="output", action="store_const", const="text",
+        help="plain text for a person: the answer as it is written, then its sources "
+        "(the default at a terminal)",
+    )
+    output.add_argument(
+        "--json", dest="output", action="store_const", const="json",
+        help="NDJSON events, meta/token.../done (the default when piped)",
+    )
     _common(p)
 
     p = sub.add_parser("eval", help="retrieval metrics for a question set (see qsets)")
@@ -89,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", choices=["threshold", "weight", "chunks"], help="run a sweep")
     p.add_argument("--target", type=int, help="passage size in characters (scratch index)")
     p.add_argument("--overlap", type=int, help="passage overlap in characters (scratch index)")
+    p.add_argument("--answers", action="store_true",
+                   help="also answer every question and measure the answers (containment, "
+                   "refusals, citation precision/recall) against the set's expected answers")
     p.add_argument("--format", choices=["ndjson", "table"], default="ndjson")
     _common(p)
 
@@ -256,10 +269,69 @@ def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
 
 def cmd_ask(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     documents = [] if args.all_documents else args.documents  # None: the conversation's own
-    return _stream(
-        ws.ask(args.question, conversation_id=args.conversation, documents=documents),
-        out, err, "error",
-    )
+    stream = ws.ask(args.question, conversation_id=args.conversation, documents=documents)
+    output = args.output or ("text" if out.isatty() else "json")
+    if output == "text":
+        return _stream_text(stream, out, err, ws)
+    return _stream(stream, out, err, "error")
+
+
+def source_line(source: Mapping[str, Any], mime: str | None = None) -> str:
+    """``[1] report.pdf, p. 3 (82 %)``: a source as a person reads it (pages only for PDFs,
+    guessed from the name once the document is gone)."""
+    name = " ".join(str(source.get("document_name", "")).split())
+    line = f"[{source.get('n')}] {name}"
+    from marginalia_core.ingest import formats
+
+    paged = formats.by_mime(mime).renders == "pdf" if mime else name.lower().endswith(".pdf")
+    if source.get("location"):
+        line += f", {' '.join(str(source['location']).split())}"
+    elif paged and source.get("page"):
+        first, last = int(source["page"]), int(source.get("page_end") or source["page"])
+        line += f", p. {first}" if last == first else f", pp. {first}-{last}"
+    if source.get("score") is not None:
+        line += f" ({round(float(source['score']) * 100)} %)"
+    return line
+
+
+def _stream_text(
+    stream: Iterable[events.ChatEvent], out: TextIO, err: TextIO, ws: Workspace
+) -> int:
+    """The answer as plain text while it is written (its marks already in the final
+    numbering), then the sources it cites with document and page."""
+    ended_line = True
+    for event in stream:
+        if event["type"] == "token":
+            out.write(event["text"])
+            out.flush()
+            ended_line = event["text"].endswith("\n")
+        elif event["type"] == "error":
+            if not ended_line:
+                out.write("\n")
+            err.write(f"error: {event['message']}\n")
+            return EXIT_REFUSED
+        elif event["type"] == "done":
+            out.write("\n" if ended_line else "\n\n")
+            if event.get("status") == "stopped":
+                out.write("(stopped: the answer ends here)\n\n")
+            sources = event.get("sources") or []
+            if sources:
+                mimes = {d["id"]: d.get("mime") for d in ws.documents()}
+                out.write("Sources\n")
+                for source in sources:
+                    out.write(f"  {source_line(source, mimes.get(source.get('document_id')))}\n")
+                    excerpt = " ".join(str(source.get("excerpt") or "").split())
+                    if excerpt:
+                        short = excerpt if len(excerpt) <= 100 else excerpt[:99].rstrip() + "…"
+                        out.write(f"      {short}\n")
+            invalid = event.get("invalid_citations") or []
+            if invalid:
+                marks = ", ".join(f"[{n}]" for n in invalid)
+                out.write(f"Not found in the sources: {marks}\n")
+            out.write(f"Conversation {event.get('conversation_id')} "
+                      "(continue it with --conversation ID)\n")
+            out.flush()
+    return EXIT_OK
 
 
 def cmd_documents(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -386,6 +458,8 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
                        "chunks": p.chunks, "embedded_now": p.embedded_now,
                        "metrics": p.result.metrics}, out)
         return EXIT_OK
+    if args.answers:
+        return _eval_answers(lab, args, cfg, out)
     if args.compare:
         cmp = lab.compare(args.set, cfg, args.compare)
         if table:
@@ -411,6 +485,41 @@ def cmd_eval(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) 
             _emit({"type": "question", **asdict(q)}, out)
         _emit({"type": "metrics", "set": result.set_name, "config": result.config.to_dict(),
                "threshold": result.threshold, "metrics": result.metrics}, out)
+    return EXIT_OK
+
+
+def answer_figures(result: Any) -> list[tuple[str, float | None]]:
+    """The figures of an answer evaluation, as the lab page shows them: the answer metrics,
+    then the retrieval metrics of the same run."""
+    from marginalia_core.chat.answer_metrics import ANSWER_METRICS
+
+    return ([(k, result.metrics[k]) for k in ANSWER_METRICS]
+            + [(k, v) for k, v in result.retrieval.metrics.items() if k != "questions"])
+
+
+def _eval_answers(lab: RetrievalLab, args: argparse.Namespace, cfg: Any, out: TextIO) -> int:
+    runs = [("A (this)", lab.evaluate_answers(args.set, cfg))]
+    if args.compare:
+        runs.append((f"B ({args.compare})",
+                     lab.evaluate_answers(args.set, lab.config(args.compare))))
+    if args.format == "table":
+        for name, result in runs:
+            out.write(f"{name}: answered by {result.answerer}\n")
+            out.write(_table([[a.question_id, a.expected[:30], a.refused, a.contains,
+                               a.first_contains, a.citation_precision, a.citation_recall]
+                              for a in result.answers],
+                             ["question", "expected", "refused", "contains", "first sentence",
+                              "cit. precision", "cit. recall"]))
+        figures = [answer_figures(r) for _, r in runs]
+        out.write(_table([[k, *[dict(f)[k] for f in figures]] for k, _ in figures[0]],
+                         ["metric", *[n for n, _ in runs]]))
+        return EXIT_OK
+    for name, result in runs:
+        for a in result.answers:
+            _emit({"type": "answer", "run": name, **a.to_dict()}, out)
+        _emit({"type": "answer_metrics", "run": name, "set": result.set_name,
+               "config": result.config.to_dict(), "answerer": result.answerer,
+               "metrics": dict(answer_figures(result))}, out)
     return EXIT_OK
 
 

@@ -39,8 +39,13 @@ class MetaEvent(TypedDict):
 
 
 class TokenEvent(TypedDict):
+    """A piece of the answer, its marks already in the final (``done``) numbering. ``cited``
+    comes when the piece cites a source for the first time: meta's numbers in the order first
+    cited, so final mark ``i + 1`` is meta's source ``cited[i]``."""
+
     type: Literal["token"]
     text: str
+    cited: NotRequired[list[int]]
 
 
 class DoneEvent(TypedDict, total=False):
@@ -57,6 +62,7 @@ class DoneEvent(TypedDict, total=False):
     invalid_citations: list[int]
     answer: str
     sources: list[Source]
+    status: str  # chat: "complete", or "stopped" when the reader stopped the answer
     support: list[dict[str, Any]]
     file: str
     document: dict[str, Any]
@@ -115,8 +121,11 @@ def meta(
     return event
 
 
-def token(text: str) -> TokenEvent:
-    return {"type": "token", "text": text}
+def token(text: str, cited: list[int] | None = None) -> TokenEvent:
+    event: TokenEvent = {"type": "token", "text": text}
+    if cited is not None:
+        event["cited"] = cited
+    return event
 
 
 def done(**fields: Any) -> DoneEvent:

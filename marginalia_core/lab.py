@@ -13,17 +13,20 @@ no earlier run has seen.
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from marginalia_core import events
+from marginalia_core.chat import answer_metrics as am
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.ingest.embed_cache import EmbeddingCache
@@ -54,9 +57,106 @@ class ChunkPoint:
 @dataclass(frozen=True)
 class ChunkSweep:
     set_name: str
-    best: tuple[int, int]
+    best: tuple[int, int]  # the suggested size: best ``key`` keeping recall >= ``floor``
     points: list[ChunkPoint]
     key: str
+    current: tuple[int, int] = (0, 0)
+    floor: float = 0.0
+
+    def at(self, size: tuple[int, int]) -> ChunkPoint:
+        return next(p for p in self.points if (p.target, p.overlap) == size)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Whether Chat retrieves with settings other than the defaults, and which saved
+    configuration they are (what Chat's "tuned settings" note says)."""
+
+    tuned: bool
+    config: str | None = None  # the saved configuration the applied settings match
+    changes: tuple[str, ...] = ()  # e.g. "threshold 0.42 (default 0.35)"
+
+
+@dataclass(frozen=True)
+class MissReport:
+    """"Why wasn't it found?" for one judged passage a configuration missed: where the passage
+    ranks in each list, which setting dropped it, and the setting that would include it."""
+
+    question: str
+    judgment: str  # the judgment's label (document, pages)
+    reason: str  # one of MISS_REASONS
+    explanation: str
+    document: str = ""
+    mime: str = ""
+    page_start: int | None = None
+    page_end: int | None = None
+    content: str = ""  # the passage that answers, in full ("" when no passage holds it)
+    cosine: float | None = None
+    dense_rank: int | None = None  # by meaning, among every passage of the library
+    bm25: float | None = None
+    bm25_rank: int | None = None  # by keywords (None: no word of the question in it)
+    fused_rank: int | None = None  # in the configuration's own order, before the threshold
+    rank: int | None = None  # rank among what the configuration returns, None = dropped
+    fix: ev.EvalConfig | None = None  # the configuration that would include it
+    fix_label: str = ""  # what the fix changes, e.g. "threshold 0.28"
+
+
+# Which setting kept a judged passage out of the passages returned
+MISS_REASONS = ("found", "threshold", "top_k", "fusion_weight", "mode", "document_scope",
+                "passage_boundary")
+MAX_FIX_TOP_K = 50  # the Inspector's largest "passages returned"
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    """The answer metrics of a question set under one configuration (``chat.answer_metrics``),
+    beside the retrieval metrics of the same run."""
+
+    set_name: str
+    config: ev.EvalConfig
+    metrics: dict[str, float | None]
+    answers: list[am.AnswerCheck]
+    retrieval: ev.EvalResult
+    answerer: str  # the model that answered
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"set": self.set_name, "config": self.config.to_dict(),
+                "answerer": self.answerer, "metrics": self.metrics,
+                "retrieval": self.retrieval.metrics,
+                "answers": [a.to_dict() for a in self.answers]}
+
+
+@dataclass(frozen=True)
+class JudgedPassage:
+    """A judgment as a person reads it: its document, where in it, and the passage of the
+    library that holds it, whole ("" for a whole-document judgment or one no passage holds)."""
+
+    label: str
+    document: str
+    mime: str = ""
+    page_start: int | None = None
+    page_end: int | None = None
+    content: str = ""
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    """What a passage-size sweep will embed, told before it starts."""
+
+    sizes: int  # passage sizes the sweep tries
+    passages: int  # passages of every size together
+    to_embed: int  # of them, texts no earlier run has embedded
+    characters: int  # characters to embed
+
+
+def _shared(row: dict[str, Any], j: qs.Judgment) -> int:
+    """Characters (span) or pages (page judgment) a passage shares with a judgment."""
+    if j.level == "span":
+        return min(int(row["end"]), int(j.span_end or 0)) - max(int(row["start"]),
+                                                                 int(j.span_start or 0))
+    last = j.page_end if j.page_end is not None else j.page_start
+    return min(int(row["page_end"]), int(last or 0)) - max(int(row["page_start"]),
+                                                          int(j.page_start or 0))
 
 
 class RetrievalLab:
@@ -159,6 +259,34 @@ class RetrievalLab:
         qset.questions.append(qs.Question(question, judgments, f"q{n}"))
         return self.sets.save(qset, replace=True)
 
+    def judged_passages(self, set_name: str) -> dict[str, JudgedPassage]:
+        """Every judgment of ``set_name`` by its label, with the library passage that holds it
+        (the one sharing most of its text), so a page can show it whole."""
+        qset = self.sets.get(set_name)
+        docs = {d["name"]: d for d in self.ws.store.list_documents()}
+        chunks: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, JudgedPassage] = {}
+        for j in (j for q in qset.questions for j in q.judgments):
+            if j.label in out:
+                continue
+            doc = docs.get(j.document)
+            if doc is None or j.level == "document":
+                out[j.label] = JudgedPassage(j.label, j.document,
+                                             str((doc or {}).get("mime") or ""))
+                continue
+            if doc["id"] not in chunks:
+                chunks[doc["id"]] = [{**r, "document_name": doc["name"]}
+                                     for r in self.ws.store.document_chunks(doc["id"])]
+            rows = [r for r in chunks[doc["id"]] if j.matches(r)]
+            best = max(rows, key=lambda r: _shared(r, j), default=None)
+            out[j.label] = JudgedPassage(
+                j.label, j.document, str(doc.get("mime") or ""),
+                best["page_start"] if best else j.page_start,
+                best["page_end"] if best else j.page_end,
+                best["content"] if best else "",
+            )
+        return out
+
     # -- evaluation and sweeps ---------------------------------------------------------------
 
     def default_config(self) -> ev.EvalConfig:
@@ -189,35 +317,76 @@ class RetrievalLab:
     def threshold_sweep(
         self, set_name: str, *, mode: str | None = None, top_k: int | None = None,
         alpha: float | None = None, prepared: ev.Prepared | None = None,
+        current: float | None = None, floor: float | None = None,
     ) -> ev.ThresholdSweep:
+        """Precision and recall at each threshold; the suggestion keeps recall at ``floor``
+        (default: RECALL_FLOOR_SHARE of the recall at ``current``, Chat's threshold)."""
         prepared = prepared or self.prepare(set_name)
         return ev.threshold_sweep(
-            self.retriever, prepared, mode=mode, top_k=top_k, alpha=alpha,
+            self.retriever, prepared, mode=mode, top_k=top_k, alpha=alpha, current=current,
+            floor=floor,
         )
 
     def weight_sweep(
         self, set_name: str, base: ev.EvalConfig | None = None, *,
-        prepared: ev.Prepared | None = None,
+        prepared: ev.Prepared | None = None, floor: float | None = None,
     ) -> ev.WeightSweep:
         prepared = prepared or self.prepare(set_name)
-        return ev.weight_sweep(self.retriever, prepared, base or self.default_config())
+        return ev.weight_sweep(self.retriever, prepared, base or self.default_config(),
+                               floor=floor)
+
+    def _size_grid(self, grid, base: ev.EvalConfig) -> list[tuple[int, int]]:
+        """``grid`` and ``base``'s own passage size, overlaps clamped as chunking clamps them."""
+        now = self.resolved(base)
+        sizes = {(int(t), effective_overlap(int(t), int(o))) for t, o in grid}
+        sizes.add((int(now.chunk_target or 0), int(now.chunk_overlap or 0)))
+        return sorted(sizes)
+
+    def chunk_sweep_cost(
+        self, grid=CHUNK_GRID, config: ev.EvalConfig | None = None
+    ) -> SweepCost:
+        """What ``chunk_sweep`` would embed (texts not in the embedding cache nor the library's
+        own passages): shown before a sweep starts, since embedding is its whole cost."""
+        texts: set[str] = set()
+        passages = 0
+        sizes = self._size_grid(grid, config or self.default_config())
+        for target, overlap in sizes:
+            for *_, cs in self._plan(target, overlap):
+                passages += len(cs)
+                texts.update(c.text for c in cs)
+        missing = self._uncached(sorted(texts))
+        return SweepCost(len(sizes), passages, len(missing), sum(len(t) for t in missing))
 
     def chunk_sweep(
         self, set_name: str, grid=CHUNK_GRID, config: ev.EvalConfig | None = None, *,
         key: str = f"ndcg@{ev.NDCG_AT}", progress=None, cancel: threading.Event | None = None,
+        floor: float | None = None,
     ) -> ChunkSweep:
-        """Evaluate ``set_name`` with each (target, overlap) of ``grid`` in a scratch index."""
+        """Evaluate ``set_name`` with each (target, overlap) of ``grid`` and the configuration's
+        own size in a scratch index. The suggestion is the size of best ``key`` keeping recall
+        at ``floor`` (default: RECALL_FLOOR_SHARE of the current size's); ties go to the
+        current size."""
         base = config or self.default_config()
+        now = self.resolved(base)
+        current = (int(now.chunk_target or 0), int(now.chunk_overlap or 0))
         points = []
-        for target, overlap in grid:
-            cfg = replace(base, chunk_target=int(target), chunk_overlap=int(overlap))
-            result, chunks, embedded = self._scratch_eval(
-                set_name, cfg, progress=progress, cancel=cancel
-            )
-            points.append(ChunkPoint(int(target), effective_overlap(target, overlap), chunks,
-                                     embedded, result))
-        best = max(points, key=lambda p: p.result.metrics[key])
-        return ChunkSweep(set_name, (best.target, best.overlap), points, key)
+        for target, overlap in self._size_grid(grid, base):
+            cfg = replace(base, chunk_target=target, chunk_overlap=overlap)
+            if self._needs_scratch(cfg):
+                result, chunks, embedded = self._scratch_eval(
+                    set_name, cfg, progress=progress, cancel=cancel
+                )
+            else:
+                result = self.evaluate(set_name, cfg, progress=progress, cancel=cancel)
+                emb = self.ws.embedder
+                chunks, embedded = self.ws.store.chunk_count(emb.model, emb.dimension), 0
+            points.append(ChunkPoint(target, overlap, chunks, embedded, result))
+        recall_key = f"recall@{base.top_k}"
+        kept = ev.recall_floor(next(p for p in points if (p.target, p.overlap) == current)
+                               .result.metrics[recall_key], floor)
+        best = ev.suggest([((p.target, p.overlap), p.result.metrics[key],
+                            p.result.metrics[recall_key]) for p in points], current, kept)
+        return ChunkSweep(set_name, best, points, key, current, kept)
 
     # -- saved configurations and A/B ----------------------------------------------------------
 
@@ -233,12 +402,42 @@ class RetrievalLab:
     def apply(self, config: ev.EvalConfig) -> Iterator[events.IngestEvent]:
         """"Apply to Chat": the configuration becomes this library's retrieval settings (saved
         in the database); documents chunked otherwise are re-indexed (the events of each)."""
+        if self.same_effect(config, self.defaults()):
+            return self.ws.apply_settings({})  # the defaults again, not a copy of them
         applied = {k: v for k, v in config.to_dict().items() if k != "embedder"}
         return self.ws.apply_settings(applied)
 
     def applied(self) -> ev.EvalConfig:
         """The configuration Chat uses now (the applied settings over the defaults)."""
         return self.default_config()
+
+    def defaults(self) -> ev.EvalConfig:
+        """The configuration of the defaults (environment and built-in), every value spelled
+        out: what "Reset to defaults" puts in the controls."""
+        d = self.ws.defaults.retrieval
+        threshold = self.ws.embedder.default_threshold if d.threshold is None else d.threshold
+        return self.resolved(ev.EvalConfig(**{**d.to_dict(), "threshold": threshold,
+                                              "alpha": Candidates.alpha_for(d.alpha)},
+                                           embedder=self.embedder_key()))
+
+    def tuning(self) -> Tuning:
+        """How the applied settings differ from the defaults, and the saved configuration
+        they match (the first by name, if several do)."""
+        now, base = self.resolved(self.applied()), self.defaults()
+        if self.same_effect(now, base):
+            return Tuning(False)
+        changes = []
+        for name, field_ in (("method", "mode"), ("threshold", "threshold"),
+                             ("passages returned", "top_k"), ("passage size", "chunk_target"),
+                             ("overlap", "chunk_overlap")):
+            a, b = getattr(now, field_), getattr(base, field_)
+            if a != b:
+                changes.append(f"{name} {a} (default {b})")
+        if now.mode == "hybrid" and now.alpha != base.alpha:
+            changes.append(f"keyword weight {self.keyword_weight(now):.2f} "
+                           f"(default {self.keyword_weight(base):.2f})")
+        match = next((n for n, c in self.configs().items() if self.same_effect(c, now)), None)
+        return Tuning(True, match, tuple(changes))
 
     def resolved(self, config: ev.EvalConfig) -> ev.EvalConfig:
         """``config`` with every ``None`` spelled out (the threshold, fusion weight and passage
@@ -285,6 +484,128 @@ class RetrievalLab:
                 prepared = prepared or self.prepare(set_name, progress=progress, cancel=cancel)
                 results.append(ev.evaluate_prepared(self.retriever, prepared, cfg))
         return ev.compare(*results)
+
+    # -- why a passage was missed -------------------------------------------------------------
+
+    def why_missed(
+        self, set_name: str, question_id: str, judgment: int | str, config: ev.EvalConfig
+    ) -> MissReport:
+        """Why judgment number ``judgment`` (of those with a grade) of a question was not among
+        the passages ``config`` returns, ranked in the library's own index: the passage's
+        meaning, keyword and fused ranks, the setting that dropped it (threshold, top-k,
+        fusion weight, search method, document scope, passage boundary) and the nearest
+        configuration that includes it."""
+        qset = self.sets.get(set_name)
+        question = next((q for q in qset.questions if q.id == question_id), None)
+        if question is None:
+            raise qs.QuestionSetError(f"No question {question_id!r} in {set_name!r}.")
+        judged = [(i, j) for i, j in enumerate(question.judgments) if j.grade > 0]
+        if isinstance(judgment, str):  # a label, as evaluation reports missed judgments
+            judgment = next((n for n, (_, j) in enumerate(judged) if j.label == judgment), -1)
+        if not 0 <= judgment < len(judged):
+            raise qs.QuestionSetError(f"Question {question_id!r} has no judgment {judgment}.")
+        index, j = judged[judgment]
+        cfg = self.resolved(config)
+        report = MissReport(question.text, j.label, "document_scope", "", document=j.document)
+        docs = [d for d in self.ws.store.list_documents() if j.document in (d["name"], d["id"])]
+        if not docs:
+            return replace(report, explanation=f"No document named {j.document} is in the "
+                           "library, so no search can find it.")
+        doc = docs[0]
+        report = replace(report, mime=str(doc.get("mime") or ""))
+        if not self.retriever.is_searchable(doc):
+            return replace(report, explanation=f"{doc['name']} was indexed with another "
+                           "embedder and is left out of search: re-index it.")
+        rows = [{**r, "document_name": doc["name"], "document_id": doc["id"]}
+                for r in self.ws.store.document_chunks(doc["id"])]
+        matching = {r["id"]: r for r in rows if j.matches(r)}
+        if not matching:
+            return self._boundary_miss(report, j, cfg)
+        emb = self.ws.embedder
+        depth = self.ws.store.chunk_count(emb.model, emb.dimension)
+        cands = self.retriever.candidates(question.text, limit=depth)
+        explained = {r.chunk_id: r for r in self.retriever.explain(
+            question.text, threshold=cfg.threshold, alpha=cfg.alpha, cands=cands)}
+        order = {"hybrid": "fused_rank", "dense": "dense_rank", "lexical": "lexical_rank"}
+        seen = [explained[c] for c in matching if c in explained]
+        best = min(seen, key=lambda r: getattr(r, order[cfg.mode]) or 10**9) if seen else None
+        if best is None:
+            return replace(report, explanation="Neither search proposed any passage of it.")
+        report = replace(
+            report, page_start=best.page_start, page_end=best.page_end, content=best.content,
+            cosine=best.cosine, dense_rank=best.dense_rank,
+            bm25=best.bm25 if best.lexical_rank else None, bm25_rank=best.lexical_rank,
+            fused_rank=getattr(best, order[cfg.mode]),
+        )
+        rank = self._unit_rank(cands, question, index, cfg)
+        if rank is not None and rank <= cfg.top_k:
+            return replace(report, reason="found", rank=rank, explanation=(
+                f"These settings find it at rank {rank}."))
+        return self._dropped(report, cands, question, index, cfg, rank)
+
+    def _unit_rank(self, cands: Candidates, question: qs.Question, index: int,
+                   cfg: ev.EvalConfig) -> int | None:
+        """Rank of the first unit holding judgment ``index`` under ``cfg`` (threshold and all),
+        as evaluation ranks units; None when it is not in the first ``ev.DEPTH``."""
+        hits = self.retriever.retrieve(cands, cfg, top_k=False)
+        units = ev.rank_units(hits, question)
+        return next((n for n, (_, m) in enumerate(units, 1) if index in m), None)
+
+    def _dropped(self, report: MissReport, cands: Candidates, question: qs.Question,
+                 index: int, cfg: ev.EvalConfig, rank: int | None) -> MissReport:
+        k = cfg.top_k
+        below = report.cosine is not None and report.cosine < float(cfg.threshold or 0.0)
+        if cfg.mode != "lexical" and rank is None and below:
+            lower = math.floor(float(report.cosine or 0.0) * 100) / 100
+            fix = replace(cfg, threshold=max(-1.0, lower))
+            new_rank = self._unit_rank(cands, question, index, fix)
+            label = f"threshold {fix.threshold:.2f}"
+            if new_rank is not None and k < new_rank <= MAX_FIX_TOP_K:
+                fix, label = replace(fix, top_k=new_rank), f"{label} and {new_rank} returned"
+            return replace(report, reason="threshold", rank=rank, fix=fix, fix_label=label,
+                           explanation=f"Its cosine {report.cosine:.3f} is under the "
+                           f"relevance threshold {cfg.threshold:.2f}.")
+        if cfg.mode == "hybrid":
+            for a in sorted(ev.WEIGHT_GRID, key=lambda a: abs(a - float(cfg.alpha or 0.0))):
+                trial = replace(cfg, alpha=a)
+                r = self._unit_rank(cands, question, index, trial)
+                if r is not None and r <= k:
+                    return replace(
+                        report, reason="fusion_weight", rank=rank, fix=trial,
+                        fix_label=f"keyword weight {self.keyword_weight(trial):.2f}",
+                        explanation=f"It ranks {self._place(rank)} with the keyword weight "
+                        f"{self.keyword_weight(cfg):.2f}; another weight puts it in the "
+                        f"first {k}.")
+        if rank is not None and rank <= MAX_FIX_TOP_K:
+            return replace(report, reason="top_k", rank=rank,
+                           fix=replace(cfg, top_k=rank), fix_label=f"{rank} returned",
+                           explanation=f"It ranks {rank}, after the {k} passages returned.")
+        other = "hybrid" if cfg.mode != "hybrid" else "dense"
+        trial = replace(cfg, mode=other)
+        r = self._unit_rank(cands, question, index, trial)
+        if r is not None and r <= MAX_FIX_TOP_K:
+            fix = replace(trial, top_k=max(k, r))
+            return replace(report, reason="mode", rank=rank, fix=fix,
+                           fix_label=f"{other} search" + (f", {r} returned" if r > k else ""),
+                           explanation=f"The {cfg.mode} search ranks it {self._place(rank)}.")
+        return replace(report, reason="top_k", rank=rank,
+                       explanation=f"It ranks {self._place(rank)}: no setting of the lab "
+                       "brings it near the top.")
+
+    @staticmethod
+    def _place(rank: int | None) -> str:
+        return f"{rank}" if rank is not None else f"below the first {ev.DEPTH}"
+
+    def _boundary_miss(self, report: MissReport, j: qs.Judgment,
+                       cfg: ev.EvalConfig) -> MissReport:
+        span = int((j.span_end or 0) - (j.span_start or 0))
+        target = int(cfg.chunk_target or 0)
+        bigger = max(target + 200, -(-2 * span // 100) * 100)
+        fix = replace(cfg, chunk_target=bigger)
+        return replace(report, reason="passage_boundary", fix=fix,
+                       fix_label=f"passage size {bigger}",
+                       explanation="No passage holds at least half of the judged text: the "
+                       "passage boundaries split it.")
 
     # -- why a chunk ranked ---------------------------------------------------------------------
 
@@ -337,6 +658,29 @@ class RetrievalLab:
         self, set_name: str, cfg: ev.EvalConfig, *, progress=None, cancel=None
     ) -> tuple[ev.EvalResult, int, int]:
         qset = self.sets.get(set_name)
+        with self._scratch(cfg, progress=progress, cancel=cancel) as (retriever, chunks,
+                                                                       embedded):
+            prepared = ev.prepare(retriever, qset, progress=progress, cancel=cancel)
+            return ev.evaluate_prepared(retriever, prepared, cfg), chunks, embedded
+
+    @contextmanager
+    def _retriever_for(
+        self, cfg: ev.EvalConfig, *, progress=None, cancel=None
+    ) -> Iterator[Retriever]:
+        """The library's retriever, or a scratch index's when ``cfg`` splits passages
+        otherwise (removed on exit)."""
+        if not self._needs_scratch(cfg):
+            yield self.retriever
+            return
+        with self._scratch(cfg, progress=progress, cancel=cancel) as (retriever, _, _):
+            yield retriever
+
+    @contextmanager
+    def _scratch(
+        self, cfg: ev.EvalConfig, *, progress=None, cancel=None
+    ) -> Iterator[tuple[Retriever, int, int]]:
+        """A scratch index of the library split with ``cfg``'s passage size: (its retriever,
+        passages, texts embedded now)."""
         s = self.ws.settings
         target, overlap = cfg.chunk_target, cfg.chunk_overlap
         folder = Path(tempfile.mkdtemp(prefix="marginalia-sweep-"))
@@ -345,24 +689,52 @@ class RetrievalLab:
             chunks, embedded = self._build_scratch(
                 scratch, target, overlap, progress=progress, cancel=cancel
             )
-            retriever = Retriever(scratch, self.ws.embedder, s)
-            prepared = ev.prepare(retriever, qset, progress=progress, cancel=cancel)
-            return ev.evaluate_prepared(retriever, prepared, cfg), chunks, embedded
+            yield Retriever(scratch, self.ws.embedder, s), chunks, embedded
         finally:
             scratch.close()
             shutil.rmtree(folder, ignore_errors=True)
 
+    # -- answers ------------------------------------------------------------------------------
+
+    def set_answers(self, set_name: str, answers: dict[str, str]) -> qs.QuestionSetSummary:
+        """Type expected answers in the lab: question id -> answer ("" clears it)."""
+        return self.sets.set_answers(set_name, answers)
+
+    def evaluate_answers(
+        self, set_name: str, config: ev.EvalConfig | None = None, *, progress=None,
+        cancel: threading.Event | None = None,
+    ) -> AnswerResult:
+        """Answer every question of ``set_name`` with the configured answerer from the
+        passages ``config`` returns (as Chat would, nothing saved), and measure the answers
+        (``chat.answer_metrics``) beside the retrieval metrics of the same ranking."""
+        cfg = config or self.default_config()
+        qset = self.sets.get(set_name)
+        answerer, embedder = self.ws.answerer, self.ws.embedder
+        checks = []
+        with self._retriever_for(cfg, progress=progress, cancel=cancel) as retriever:
+            prepared = ev.prepare(retriever, qset, progress=progress, cancel=cancel)
+            retrieval = ev.evaluate_prepared(retriever, prepared, cfg)
+            total = len(qset.questions)
+            for n, (q, cands) in enumerate(zip(qset.questions, prepared.candidates,
+                                               strict=True), 1):
+                if cancel is not None and cancel.is_set():
+                    raise ev.Cancelled()
+                hits = retriever.retrieve(cands, cfg, passages=prepared.chunks)
+                sources = [dict(h.as_source(i)) for i, h in enumerate(hits, 1)]
+                answer = am.answer_with(answerer, q.text, sources)
+                checks.append(am.check_answer(q.id, q.text, q.answer, q.answerable, answer,
+                                              sources, embedder=embedder))
+                if progress:
+                    progress({"type": "progress", "stage": "answer", "done": n,
+                              "total": total})
+        return AnswerResult(set_name, cfg, am.summarize(checks), checks, retrieval,
+                            getattr(answerer, "model", "") or answerer.name)
+
     def _build_scratch(
         self, scratch: LibraryStore, target: int, overlap: int, *, progress=None, cancel=None
     ) -> tuple[int, int]:
-        store, emb = self.ws.store, self.ws.embedder
-        docs = [d for d in store.list_documents()
-                if (d["embed_model"], d["embed_dim"]) == (emb.model, emb.dimension)]
-        planned = []
-        for d in docs:
-            text, starts = store.document_source(d["id"])
-            planned.append((d, text, starts,
-                            chunk_text(text, target=target, overlap=overlap, page_starts=starts)))
+        emb = self.ws.embedder
+        planned = self._plan(target, overlap)
         texts = sorted({c.text for *_, cs in planned for c in cs})
         vectors = self._cached_vectors(texts, target, overlap, progress=progress, cancel=cancel)
         for d, text, starts, cs in planned:
@@ -376,6 +748,24 @@ class RetrievalLab:
                 document_id=d["id"],
             )
         return sum(len(cs) for *_, cs in planned), self._last_embedded
+
+    def _plan(self, target: int, overlap: int) -> list[tuple[dict, str, list[int], list]]:
+        """Every searchable document's stored text split at ``target`` / ``overlap``."""
+        store, emb = self.ws.store, self.ws.embedder
+        planned = []
+        for d in store.list_documents():
+            if (d["embed_model"], d["embed_dim"]) != (emb.model, emb.dimension):
+                continue
+            text, starts = store.document_source(d["id"])
+            planned.append((d, text, starts,
+                            chunk_text(text, target=target, overlap=overlap, page_starts=starts)))
+        return planned
+
+    def _uncached(self, texts: list[str]) -> list[str]:
+        """Of ``texts``, those neither in the embedding cache nor among the library's own."""
+        cached = EmbeddingCache(self.ws.store, self.ws.embedder.key).lookup(texts)
+        missing = {t for t in texts if t not in cached}
+        return sorted(missing)
 
     def _cached_vectors(
         self, texts: list[str], target: int, overlap: int, *, progress=None, cancel=None

@@ -28,6 +28,7 @@ from marginalia_core.store.base import LibraryStore
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
+    from marginalia_core.lab import Tuning
     from marginalia_core.providers.answerers.base import Answerer
     from marginalia_core.providers.local_servers import LocalServer
 
@@ -117,6 +118,13 @@ class Workspace:
                 out[name] = value
         return out
 
+    def tuned_settings(self) -> dict[str, tuple[Any, Any]]:
+        """The applied retrieval settings that differ from the defaults: field -> (applied,
+        default). Chat says so when any is in force."""
+        defaults = self.defaults
+        return {k: (v, getattr(defaults, k, None)) for k, v in self.applied_settings().items()
+                if v != getattr(defaults, k, None)}
+
     def apply_settings(self, values: dict[str, Any]) -> Iterator[events.IngestEvent]:
         """Save retrieval settings for this library, so Chat (and new uploads) use them;
         re-index, one transaction each, the documents whose chunking differs (their events).
@@ -131,7 +139,7 @@ class Workspace:
         get_reranker_class(merged.retrieval.reranker)  # an unknown name is refused here
         self.store.save_library_settings(kept)
         self._mark = self._applied_mark()
-        self._use(merged)
+        self._use(with_local_model(merged, self.local_model()))  # the sidebar's choice stays
         config = merged.retrieval
         target, overlap = config.chunk_target, effective_overlap(
             config.chunk_target, config.chunk_overlap)
@@ -172,6 +180,14 @@ class Workspace:
         from marginalia_core.chat.engine import ChatEngine
 
         return ChatEngine(self.store, self.retriever, self.answerer, self.settings)
+
+    def retrieval_tuning(self) -> Tuning:
+        """Whether Chat retrieves with settings applied in the Inspector rather than the
+        defaults, and the saved configuration they match (Chat's "tuned settings" note)."""
+        from marginalia_core.lab import RetrievalLab
+
+        self.settings  # noqa: B018 - picks up settings applied elsewhere
+        return RetrievalLab(self).tuning()
 
     def mode_summary(self) -> dict[str, str]:
         """What the UI and CLI show as the active mode; never includes a key.
@@ -432,6 +448,10 @@ class Workspace:
     def page_renderer(self) -> PageRenderer:
         return PageRenderer()
 
+    def original(self, document_id: str) -> bytes | None:
+        """The original file kept for a document (PDFs), or None."""
+        return self.store.document_file(document_id)
+
     def page_image(
         self, document_id: str, pages: Iterable[int], sentences: Iterable[str] = ()
     ) -> PageImage | None:
@@ -473,7 +493,7 @@ class Workspace:
         those; an unknown id is refused with ``NotFoundError``)."""
         if mode is not None and mode not in RETRIEVAL_MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(RETRIEVAL_MODES)}")
-        scope = self.chat.checked_documents(list(documents or ()))
+        scope = self.chat.checked_documents(list(documents)) if documents else None
         hits = self.search(query, k=k, mode=mode, documents=scope)
         return {
             "type": "hits",
@@ -514,6 +534,7 @@ class Workspace:
         k: int | None = None,
         threshold: float | None = None,
         documents: Iterable[str] | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[events.ChatEvent]:
         """A cited answer as events: ``meta``, ``token``..., then ``done`` or ``error``,
         retrieved with the library's applied settings (also those applied elsewhere).
@@ -522,12 +543,22 @@ class Workspace:
         for its next questions (an empty list: all documents again); None uses the
         conversation's own choice (all, for a new conversation). ``meta`` carries the
         ``query`` actually searched and the ``documents`` searched; ``done`` the final
-        ``answer`` and ``sources``, renumbered in the order the answer first cites them."""
+        ``answer`` and ``sources``, renumbered in the order the answer first cites them (the
+        tokens carry that numbering already). Setting ``stop`` ends the answer early, saved
+        as far as it got with ``status="stopped"``."""
         self.settings  # noqa: B018 - picks up settings applied elsewhere
         return self.chat.ask(
             question, conversation_id, k=k, threshold=threshold,
-            documents=None if documents is None else list(documents),
+            documents=None if documents is None else list(documents), stop=stop,
         )
+
+    @staticmethod
+    def new_conversation_id() -> str:
+        """An id for a conversation not stored yet: ``ask`` starts it under this id with its
+        first answer, so a page can put it in its address before the answer is written."""
+        from marginalia_core.chat.engine import new_conversation_id
+
+        return new_conversation_id()
 
     def conversation_documents(self, conversation_id: str) -> list[str] | None:
         """The document ids a conversation is limited to, or None for all documents (a

@@ -12,11 +12,13 @@ from marginalia_app.ingest_view import (
     index_samples,
     job_queue,
     locked_jobs,
+    own_jobs,
     render_results,
     watch,
 )
+from marginalia_app.passages import MAX_INLINE_PDF_BYTES, OPEN_PDF_JS, original_link
 from marginalia_app.samples import samples_in_library
-from marginalia_app.shell import page
+from marginalia_app.shell import page, page_script
 from marginalia_core.errors import NotFoundError
 from marginalia_core.ingest import formats
 
@@ -105,6 +107,7 @@ files = st.file_uploader(
 if files:
     # a background job per file: leaving the page or closing the tab never stops them
     jobs = ws.submit((f.name, f.getvalue(), f.type) for f in files)
+    own_jobs(jobs)
     state["upload_batch"] = [j.id for j in jobs]
     state.pop("upload_results", None)
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
@@ -238,14 +241,42 @@ if web_pages:
         for doc in web_pages:
             line = st.container(horizontal=True, vertical_alignment="center")
             line.markdown(f"{fmt.escape_inline(doc['source_url'], 90)}  \n"
-                          f":gray[fetched {fmt.escape_inline(doc.get('fetched_at') or '', 40)}]")
+                          f":gray[fetched {fmt.format_created(doc.get('fetched_at'))}]")
             if line.button("Refresh", key=f"refresh-{doc['id']}", icon=":material/refresh:"):
                 state["upload_results"] = [watch(doc["name"], ws.refresh(doc["id"]),
                                                  doc["name"])]
                 st.rerun()
 
-# ---- delete, with a confirmation
+# ---- open or download a document's kept original
 by_id = {d["id"]: d for d in documents}
+with st.expander("Open or download a document", icon=":material/file_open:"):
+    chosen = st.selectbox(
+        "Document",
+        options=list(by_id),
+        format_func=lambda i: f"{by_id[i]['name']} ({fmt.format_size(by_id[i]['size'])})",
+        index=None,
+        placeholder="Choose a document",
+        key="original_choice",
+    )
+    if chosen:
+        doc = by_id[chosen]
+        original = ws.original(chosen)
+        if original is None:
+            st.caption("No original file is kept for this document (a text or Markdown file is "
+                       "stored as its text, or the PDF was indexed before originals were kept).")
+        else:
+            row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
+            with row:
+                if len(original) <= MAX_INLINE_PDF_BYTES:
+                    st.html(original_link(original, 1, "Open the PDF ↗"))
+                st.download_button(
+                    "Download the original", data=original, file_name=doc["name"],
+                    mime=doc["mime"] or "application/octet-stream", on_click="ignore",
+                    icon=":material/download:", key="download_original",
+                )
+            page_script("open_pdf", OPEN_PDF_JS)
+
+# ---- delete, with a confirmation
 pending = [i for i in state.get("confirm_delete_documents") or [] if i in by_id]
 with st.expander("Delete documents", icon=":material/delete:", expanded=bool(pending)):
     st.multiselect(

@@ -501,3 +501,57 @@ def test_an_encrypted_pdf_is_refused_then_indexed_with_its_password(served):
             end = ndjson(response)[-1]
         assert end["type"] == "done" and end["document"]["pageCount"] >= 1
     assert "openpassword" not in served.log() and "not-it-4471" not in served.log()
+
+
+# ------------------------------------------------------------------------- the stream pump
+def test_the_pump_runs_in_step_with_the_client_and_closes_the_stream_when_it_leaves():
+    import asyncio
+
+    from marginalia_core.api.streams import EventPump
+
+    produced: list[int] = []
+    closed = threading.Event()
+    threads: set[str] = set()
+
+    def make():
+        try:
+            for i in range(100):
+                produced.append(i)
+                threads.add(threading.current_thread().name)
+                yield {"type": "token", "text": str(i)}
+        finally:
+            threads.add(threading.current_thread().name)
+            closed.set()  # GeneratorExit on the worker: the engine's save is never reached
+
+    async def client_reads(n: int) -> list[bytes]:
+        pump = EventPump(make)
+        body = pump.ndjson([])
+        lines = [await body.__anext__() for _ in range(n)]
+        await asyncio.sleep(0.3)  # time for a runaway producer to show itself
+        await body.aclose()  # the client left
+        return lines
+
+    lines = asyncio.run(client_reads(3))
+    assert [json.loads(x)["text"] for x in lines] == ["0", "1", "2"]
+    assert closed.wait(30)
+    # the next event is computed only once the client asks for it: never ahead of what it got
+    assert produced == [0, 1, 2]
+    assert threads and all(t.startswith("marginalia-stream") for t in threads)
+
+
+def test_the_pump_reports_a_failure_as_an_error_event_and_ends():
+    import asyncio
+
+    from marginalia_core.api.streams import EventPump
+
+    def make():
+        yield {"type": "meta"}
+        raise RuntimeError("secret detail sk-should-not-show")
+
+    async def read_all() -> list[dict]:
+        pump = EventPump(make)
+        return [json.loads(x) async for x in pump.ndjson([])]
+
+    events = asyncio.run(read_all())
+    assert [e["type"] for e in events] == ["meta", "error"]
+    assert events[1]["reason"] == "internal" and "sk-should" not in events[1]["message"]

@@ -465,9 +465,11 @@ def test_inspector_explains_every_candidate_with_a_threshold_and_histogram(app_e
     at.button_group(key="inspector_mode").set_value("dense").run()
     assert full_table(at)["meaning rank"].tolist() == list(range(1, total + 1))
 
-    # the whole top passage, matched words highlighted
-    shown = [m.value for m in at.markdown if ":orange-background[**" in m.value]
+    # the whole top passage, rendered as in the margin (its Markdown heading a heading, not
+    # "## ..."), matched words highlighted
+    shown = [h.proto.body for h in at.get("html") if 'class="mg-passage"' in h.proto.body]
     assert shown and "Fermat" in shown[0]
+    assert '<mark class="mg-hl">Fermat</mark>' in shown[0] and "##" not in shown[0]
 
 
 def test_chunking_lab_previews_and_reindexes(app_env, workspace):
@@ -485,7 +487,8 @@ def test_chunking_lab_previews_and_reindexes(app_env, workspace):
     assert metric(at, "Passages") == str(len(expected))
     preview = next(d.value for d in at.dataframe if "overlap" in d.value.columns)
     assert preview["length"].tolist() == [len(c.text) for c in expected]
-    assert preview["start"].tolist() == [c.start for c in expected]
+    assert preview["text"].tolist() == [" ".join(c.text.split()) for c in expected]
+    assert "start" not in preview.columns  # no character offsets on the page
 
     at.button(key="lab_reindex").click().run()
     assert not at.exception

@@ -86,7 +86,7 @@ def test_document_level_judgments_collapse_passages_to_documents():
     q = Question("q", (Judgment("b"),), "q1")
     hits = [Hit(chunk_id=c, document_id=d, document_name=d, idx=0, page_start=1, page_end=1,
                 score=0.5, content="", rank=c) for c, d in ((1, "a"), (2, "a"), (3, "b"))]
-    assert ev.score_question(q, ev._units(hits, q), 6).first_relevant_rank == 2
+    assert ev.score_question(q, ev.rank_units(hits, q), 6).first_relevant_rank == 2
 
 
 # --- on a real library -----------------------------------------------------------------------
@@ -158,14 +158,40 @@ def test_threshold_sweep_in_one_pass(library):
     recalls = [p.recall for p in sweep.points]
     assert recalls == sorted(recalls, reverse=True)  # a higher threshold never finds more
     best = max(p.f1 for p in sweep.points)
-    assert pts[sweep.suggested].f1 == best
+    assert pts[sweep.best_f1].f1 == best
     assert sweep.current == library.retriever.threshold
+    # the suggestion: the highest threshold whose recall keeps the floor (95% of the current's)
+    now = pts[sweep.current]
+    assert sweep.floor == pytest.approx(ev.RECALL_FLOOR_SHARE * now.recall)
+    assert pts[sweep.suggested].recall >= sweep.floor
+    assert all(p.recall < sweep.floor or p.threshold <= sweep.suggested
+               or (p.precision, p.recall, p.returned) == (now.precision, now.recall,
+                                                          now.returned)
+               for p in sweep.points)
+
+
+def test_threshold_suggestion_keeps_recall_where_best_f1_loses_it():
+    """Made-up sweeps: best F1 at a threshold that drops a relevant passage; the suggestion is
+    the highest threshold that keeps recall, and a flat stretch ties to the current value."""
+    opts = [(0.3, 0.3, 1.0), (0.4, 0.4, 1.0), (0.5, 0.5, 0.96), (0.6, 0.6, 0.5)]
+    assert ev.suggest(opts, 0.3, ev.recall_floor(1.0)) == 0.5
+    assert ev.suggest(opts, 0.3, ev.recall_floor(1.0, 1.0)) == 0.4  # a floor of the user's
+    flat = [(a, 0.8, 1.0) for a in (0.0, 0.3, 0.6, 1.0)]
+    assert ev.suggest(flat, 0.6, 0.95) == 0.6  # no gain: no change
+    assert ev.suggest(flat, 0.5, 0.95) == 0.6  # else the nearest of the tied
+    assert ev.suggest([(0.2, 0.9, 0.2)], 0.5, 0.95) == 0.5  # nothing keeps the floor
 
 
 def test_weight_sweep_covers_the_grid_and_the_default(library):
     sweep = RetrievalLab(library).weight_sweep("docs", ev.EvalConfig(threshold=-1.0, top_k=3))
-    assert [p.alpha for p in sweep.points] == [*ev.WEIGHT_GRID, None]
-    assert sweep.best in [p.alpha for p in sweep.points]
+    alphas = [p.alpha for p in sweep.points]
+    assert set(ev.WEIGHT_GRID) <= set(alphas) and sweep.current in alphas
+    assert sweep.best in alphas
+    floor = ev.RECALL_FLOOR_SHARE * sweep.at(sweep.current).metrics["recall@3"]
+    assert sweep.floor == pytest.approx(floor)
+    kept = [p for p in sweep.points if p.metrics["recall@3"] >= floor - 1e-9]
+    top = max(p.metrics["ndcg@10"] for p in kept)
+    assert sweep.at(sweep.best).metrics["ndcg@10"] >= top - ev.TIE
     for p in sweep.points:
         assert 0.0 <= p.metrics["ndcg@10"] <= 1.0
 
@@ -191,6 +217,8 @@ def test_chunk_sweep_embeds_only_new_text_and_can_be_cancelled(library, tmp_path
     ws = library
     progress = []
     grid = [(60, 10), (1400, 200)]
+    cost = RetrievalLab(ws).chunk_sweep_cost(grid)
+    assert cost.to_embed > 0 and cost.passages > cost.to_embed
     first = RetrievalLab(ws).chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3),
                                progress=progress.append)
     small, default = first.points
@@ -199,6 +227,9 @@ def test_chunk_sweep_embeds_only_new_text_and_can_be_cancelled(library, tmp_path
     assert any(e["stage"] == "embed" for e in progress)
     again = RetrievalLab(ws).chunk_sweep("docs", grid, ev.EvalConfig(threshold=-1.0, top_k=3))
     assert [p.embedded_now for p in again.points] == [0, 0]
+    assert cost.to_embed == small.embedded_now  # the estimate told the truth
+    assert RetrievalLab(ws).chunk_sweep_cost(grid).to_embed == 0
+    assert first.current == (1400, 200) and first.best in [(60, 10), (1400, 200)]
     assert [p.result.metrics for p in again.points] == [p.result.metrics for p in first.points]
     cancel = threading.Event()
     cancel.set()
@@ -281,6 +312,70 @@ def test_cli_qsets_and_eval(library, tmp_path):
     assert code == 1 and "line 2" in err
 
 
+ANSWERS_CSV = (
+    "question,document,page,answer\n"
+    "How do bees tell each other where the flowers are?,bees.md,,waggle dance\n"
+    "What does error ZX-4471 mean?,codes.md,,the cooling fan has stalled\n"
+    "Why is basaltic lava runny?,volcano.md,,because it is hot\n"
+    "Who won the 1998 chess olympiad?,,,\n"
+)
+
+
+def test_answer_metrics_by_hand():
+    from marginalia_core.chat import answer_metrics as am
+
+    assert am.contains("the Waggle-Dance", "Bees do a waggle dance [1].")
+    assert not am.contains("dance", "Bees do a waggle dancer.")  # whole words only
+    assert am.first_sentence("Bees dance. [1] Then they rest.") == "Bees dance. [1]"
+    checks = [
+        am.AnswerCheck("q1", "", "x", True, "", 1, False, True, False, None, None),
+        am.AnswerCheck("q2", "", "y", True, "", 1, False, False, False, None, None),
+        am.AnswerCheck("q3", "", "", False, "", 0, True, None, None, None, None),
+    ]
+    assert am.summarize(checks) == {
+        "answer containment": 0.5, "first-sentence containment": 0.0,
+        "refusals (unanswerable)": 1.0, "citation precision": None, "citation recall": None}
+
+
+def test_answer_metrics_and_the_cli_print_the_same(library, tmp_path):
+    from marginalia_core.chat.answer_metrics import ANSWER_METRICS
+
+    ws = library
+    path = tmp_path / "answers.csv"
+    path.write_text(ANSWERS_CSV, encoding="utf-8")
+    RetrievalLab(ws).import_set(path, name="answers")
+    cfg = ev.EvalConfig(mode="hybrid", threshold=0.2, top_k=3)
+    result = RetrievalLab(ws).evaluate_answers("answers", cfg)
+    by_id = {a.question_id: a for a in result.answers}
+    assert len(by_id) == 4
+    unanswerable = next(a for a in result.answers if not a.answerable)
+    assert unanswerable.contains is None
+    assert result.metrics["refusals (unanswerable)"] == float(unanswerable.refused)
+    bees = next(a for a in result.answers if a.expected == "waggle dance")
+    assert bees.contains and not bees.refused and bees.sources >= 1
+    lava = next(a for a in result.answers if a.expected == "because it is hot")
+    assert lava.contains is False  # the library says otherwise: not contained
+    assert 0 < result.metrics["answer containment"] < 1
+    assert result.retrieval.metrics["questions"] == 4
+    assert result.retrieval.metrics["recall@3"] == RetrievalLab(ws).evaluate("answers", cfg).metrics[
+        "recall@3"]  # the unanswerable question is left out of retrieval metrics
+    db = ws.settings.db_path
+    ws.close()
+    code, out, err = run_cli(db, "eval", "answers", "--answers", "--mode", "hybrid",
+                             "--threshold", "0.2", "--k", "3")
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [ln["type"] for ln in lines] == ["answer"] * 4 + ["answer_metrics"]
+    printed = lines[-1]["metrics"]
+    assert [printed[k] for k in ANSWER_METRICS] == [result.metrics[k] for k in ANSWER_METRICS]
+    assert printed["recall@3"] == result.retrieval.metrics["recall@3"]
+    code, out, err = run_cli(db, "eval", "answers", "--answers", "--format", "table",
+                             "--mode", "hybrid", "--threshold", "0.2", "--k", "3")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("answer containment"))
+    assert row.split()[-1] == f"{result.metrics['answer containment']:.4f}"
+
+
 @pytest.mark.slow
 def test_scifact_slice_eval_matches_the_benchmark(workspace, tmp_path):
     """A real SciFact slice (10 test queries, their abstracts and 30 others) through the BEIR
@@ -357,3 +452,32 @@ def test_a_text_files_ticked_passage_names_no_page_in_tables_or_exports(workspac
     csv_rows = RetrievalLab(workspace).export_set("pages", "csv").splitlines()
     assert "What do the notes say?,notes.md," in csv_rows
     assert f"What destroyed the wheel?,mill.pdf,{pages}" in csv_rows
+
+
+def test_why_missed_names_the_setting_and_its_fix_finds_the_passage(library):
+    ws = library
+    strict = ev.EvalConfig(mode="dense", threshold=0.9, top_k=3)
+    result = RetrievalLab(ws).evaluate("docs", strict)
+    missed = next(q for q in result.questions if q.missed)
+    report = RetrievalLab(ws).why_missed("docs", missed.question_id, 0, strict)
+    assert report.reason == "threshold"
+    assert report.cosine is not None and report.cosine < 0.9
+    assert report.dense_rank is not None and report.rank is None
+    assert report.content and report.document == missed.missed[0]
+    assert report.fix is not None and report.fix.threshold <= report.cosine
+    assert report.fix_label == f"threshold {report.fix.threshold:.2f}"
+    fixed = RetrievalLab(ws).evaluate("docs", report.fix)
+    again = next(q for q in fixed.questions if q.question_id == missed.question_id)
+    assert not again.missed  # the suggested setting includes it
+    cmp = RetrievalLab(ws).compare("docs", strict, report.fix)  # and what else changes
+    assert cmp.better >= 1 and cmp.worse == 0
+    assert RetrievalLab(ws).why_missed("docs", missed.question_id, 0, report.fix).reason == "found"
+
+
+def test_why_missed_a_document_the_library_lacks(library):
+    ws = library
+    RetrievalLab(ws).save_set(QuestionSet("gone", [Question("Where is it?", (Judgment("nowhere.md"),),
+                                                  "q1")]))
+    report = RetrievalLab(ws).why_missed("gone", "q1", 0, ev.EvalConfig())
+    assert report.reason == "document_scope" and "nowhere.md" in report.explanation
+    assert report.fix is None

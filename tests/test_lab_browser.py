@@ -2,7 +2,12 @@
 3 questions by ticking the passages that answer them, evaluate it, sweep the threshold and see
 the curve, save two configurations and compare them. `streamlit run` + Playwright over Debian's
 chromium, offline, its own database (the fixtures of test_browser.py, a server of its own).
-Saves docs/screenshot-lab-questions.png, -lab-evaluate.png and -lab-compare.png."""
+Saves docs/screenshot-lab-questions.png, -lab-evaluate.png and -lab-compare.png.
+
+And issue 23's done-when: on a set where the best-F1 threshold loses recall, the suggestion
+keeps it; a saved configuration loads into the controls; B is applied from Compare; "why
+wasn't it found?" explains a missed passage and reruns with the setting that includes it.
+Saves docs/screenshot-lab-suggestion.png and -lab-why.png."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import re
 
 import pytest
 from test_browser import (  # noqa: F401 - fixtures
+    _serve,
     browser,
     chromium_path,
     external,
@@ -37,6 +43,29 @@ def assert_not_clipped(grid) -> None:
     scroller = grid.locator(".dvn-scroller").first
     wide, shown = scroller.evaluate("e => [e.scrollWidth, e.clientWidth]")
     assert wide <= shown + 1, f"the table scrolls sideways at {WIDTH} px ({wide} > {shown})"
+
+
+def assert_readable(pg) -> None:
+    """Every lab table and button on the page at 1280 px: inside the window, and no cell,
+    header or button label cut (its text fits the box it is drawn in)."""
+    cut = pg.evaluate(f"""() => {{
+        const out = [];
+        for (const t of document.querySelectorAll('.lab-table')) {{
+            const box = t.getBoundingClientRect();
+            if (box.width && box.right > {WIDTH}) out.push('table past the window: ' + box.right);
+            for (const c of t.querySelectorAll('th, td')) {{
+                if (c.offsetParent && c.scrollWidth > c.clientWidth + 1)
+                    out.push('cell cut: ' + c.innerText.slice(0, 60));
+            }}
+        }}
+        const texts = '[data-testid="stMain"] button p, [data-testid="stMetricValue"] div';
+        for (const b of document.querySelectorAll(texts)) {{
+            if (b.offsetParent && b.scrollWidth > b.clientWidth + 1)
+                out.push('text cut: ' + b.innerText);
+        }}
+        return out;
+    }}""")
+    assert cut == [], cut
 
 
 def section(pg, name: str) -> None:
@@ -85,13 +114,18 @@ def test_make_a_set_evaluate_sweep_and_compare(page):  # noqa: F811 - the import
     idle(page)
     ndcg = page.locator('[data-testid="stMetric"]').filter(has_text="Ranking (nDCG@10)")
     expect(ndcg).to_contain_text(re.compile(r"[01]\.\d{3}"))
-    grid = page.locator('[data-testid="stDataFrame"]').first
-    expect(grid).to_be_visible()
-    assert_not_clipped(grid)
+    table = page.locator(".lab-table").filter(has_text="first relevant at")
+    expect(table).to_be_visible()
+    expect(table).not_to_contain_text("None")
+    expect(table).not_to_contain_text("chars")
+    table.locator("summary").first.click()  # a found passage opens whole, with its page
+    expect(table.locator("details[open] .mg-passage").first).to_be_visible()
+    assert_readable(page)
 
     page.get_by_role("button", name="Sweep the threshold").click()
     idle(page)
-    expect(page.get_by_text(re.compile(r"Threshold sweep · suggested \d\.\d\d"))).to_be_visible()
+    expect(page.get_by_text(re.compile(r"Threshold sweep · now \d\.\d\d · suggested \d\.\d\d"))
+           ).to_be_visible()
     curve = page.locator('[data-testid="stVegaLiteChart"]').first
     expect(curve).to_be_visible()
     curve.scroll_into_view_if_needed()
@@ -119,9 +153,163 @@ def test_make_a_set_evaluate_sweep_and_compare(page):  # noqa: F811 - the import
     expect(page.get_by_text(re.compile(r"\d question\(s\) better, \d worse"))).to_be_visible()
     expect(page.locator('[data-testid="stMetric"]').filter(has_text="Right on top")
            ).to_be_visible()
-    for n in range(page.locator('[data-testid="stDataFrame"]').count()):
-        assert_not_clipped(page.locator('[data-testid="stDataFrame"]').nth(n))
-    page.locator('[data-testid="stDataFrame"]').last.scroll_into_view_if_needed()
+    assert_readable(page)
+    page.locator(".lab-table").last.scroll_into_view_if_needed()
     page.wait_for_timeout(800)
     screenshot(page, "screenshot-lab-compare.png")
+    assert not external(page.requests), external(page.requests)
+
+
+# Document-level judgments over the samples: by meaning only, the passage that answers "How
+# are answers cited?" has a low cosine, so the best-F1 threshold drops it.
+TUNING_SET = "question,document,page\n" + "".join(f"{q},{d},\n" for q, d in [
+    ("What did Fermat write in the margin?", "a-short-history-of-marginalia.md"),
+    ("How should old books be stored?", "caring-for-old-books.pdf"),
+    ("How are answers cited?", "how-marginalia-works.md"),
+    ("Who annotated books in the Middle Ages?", "a-short-history-of-marginalia.md"),
+    ("What humidity is best for paper?", "caring-for-old-books.pdf"),
+    ("What is the relevance threshold?", "how-marginalia-works.md"),
+    ("Why do readers write notes in books?", "a-short-history-of-marginalia.md"),
+    ("How do I clean a dusty book?", "caring-for-old-books.pdf"),
+])
+
+
+@pytest.fixture(scope="module")
+def lab_server(chromium_path, tmp_path_factory):  # noqa: F811 - the imported fixture
+    """A server of its own: this test starts from an empty library."""
+    yield from _serve(tmp_path_factory.mktemp("lab-browser"))
+
+
+@pytest.fixture
+def lab_page(browser, lab_server):  # noqa: F811 - the imported fixture
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    pg.requests = []
+    pg.on("request", lambda r: pg.requests.append(r.url))
+    pg.goto(lab_server)
+    idle(pg)
+    yield pg
+    context.close()
+
+
+def choose(pg, key: str, option: str) -> None:
+    """Pick ``option`` in the selectbox whose widget key is ``key``."""
+    field = pg.locator(f".st-key-{key} input[role=combobox]")
+    if field.input_value() == option:
+        return  # chosen already
+    pg.locator(f".st-key-{key} button[aria-label=Open]").click()
+    pg.get_by_role("option", name=option, exact=True).click()
+    idle(pg)
+    assert field.input_value() == option
+
+
+def threshold_now(pg) -> float:
+    return float(pg.locator('.st-key-inspector_threshold [data-testid="stSliderThumbValue"]')
+                 .inner_text())
+
+
+def metric(pg, label: str):
+    return pg.locator('[data-testid="stMetric"]').filter(has_text=label).first
+
+
+def test_suggestion_keeps_recall_load_apply_b_and_why_wasnt_it_found(lab_page, tmp_path):
+    from playwright.sync_api import expect
+
+    page = lab_page  # noqa: F811 - this test's own page
+    go(page, "Documents")
+    page.get_by_role("button", name=re.compile("sample documents")).first.click()
+    expect(page.get_by_text(re.compile("3 indexed")).first).to_be_visible(timeout=90_000)
+    idle(page)
+
+    go(page, "Retrieval Inspector")
+    section(page, "Question sets")
+    csv = tmp_path / "tuning.csv"
+    csv.write_text(TUNING_SET, encoding="utf-8")
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(csv))
+    idle(page)
+    fill(page, "Name of the imported set", "tuning set")
+    page.get_by_role("button", name="Import", exact=True).click()
+    idle(page)
+    expect(page.get_by_text("Imported 8 question(s) into tuning set.")).to_be_visible()
+
+    # the threshold sweep: best F1 loses a ticked passage, the suggestion keeps them all
+    section(page, "Evaluate and tune")
+    page.get_by_role("radiogroup", name="Search method").get_by_role(
+        "radio", name="Meaning only").click()
+    idle(page)
+    page.get_by_role("button", name="Sweep the threshold").click()
+    idle(page)
+    card = page.locator(".st-key-inspector_tsweep_card")
+    expect(card).to_contain_text(re.compile(r"Best F1 would be \d\.\d\d .* but it finds only "
+                                            r"0\.\d\d of the ticked passages \(now 1\.00\)"))
+    expect(card).to_contain_text(re.compile(r"found 1\.00 → 1\.00"))
+    card.scroll_into_view_if_needed()
+    page.wait_for_timeout(800)
+    screenshot(page, "screenshot-lab-suggestion.png")
+    use = card.get_by_role("button", name=re.compile("Use the suggested threshold"))
+    suggested = use.inner_text().split()[-1]
+    use.click()
+    idle(page)
+    assert abs(threshold_now(page) - float(suggested)) < 0.006
+    page.get_by_role("button", name="Evaluate", exact=True).click()
+    idle(page)
+    expect(metric(page, "Found")).to_contain_text("1.000")  # recall kept
+    assert_readable(page)
+    fill(page, "Save these settings as", "kept recall")
+    page.get_by_role("button", name="Save configuration").click()
+    idle(page)
+    page.get_by_role("radiogroup", name="Search method").get_by_role(
+        "radio", name="Meaning + keywords").click()
+    idle(page)
+    fill(page, "Save these settings as", "hybrid")
+    page.get_by_role("button", name="Save configuration").click()
+    idle(page)
+    expect(page.get_by_text("Saved hybrid.")).to_be_visible()
+
+    # load a saved configuration into the controls
+    choose(page, "inspector_load_name", "kept recall")
+    page.get_by_role("button", name="Load", exact=True).click()
+    idle(page)
+    expect(page.get_by_text("Loaded “kept recall” into the settings.")).to_be_visible()
+    expect(page.get_by_role("radiogroup", name="Search method").get_by_role(
+        "radio", name="Meaning only")).to_be_checked()
+
+    # apply B from Compare: Chat uses it, and says which saved configuration it is
+    section(page, "Compare")
+    for side, name in (("A", "hybrid"), ("B", "kept recall")):
+        choose(page, f"inspector_cfg_{side.lower()}", name)
+    page.get_by_role("button", name="Compare", exact=True).click()
+    idle(page)
+    expect(page.get_by_text(re.compile(r"\d question\(s\) better, \d worse"))).to_be_visible()
+    assert_readable(page)
+    page.get_by_role("button", name="Apply B to Chat").click()
+    idle(page)
+    expect(page.get_by_text("Chat now uses “kept recall” (B).")).to_be_visible()
+    expect(page.get_by_text(re.compile("saved configuration “kept recall”"))).to_be_visible()
+
+    # why wasn't it found? a stricter threshold misses a passage; rerun with the fix
+    section(page, "Evaluate and tune")
+    page.locator('.st-key-inspector_threshold input[type=range]').focus()
+    while threshold_now(page) < 0.55:
+        page.keyboard.press("ArrowRight")
+    idle(page)
+    page.get_by_role("button", name="Evaluate", exact=True).click()
+    idle(page)
+    page.get_by_role("button", name="Why wasn't it found?").click()
+    idle(page)
+    why = page.locator(".st-key-inspector_why_card")
+    expect(why).to_contain_text("the relevance threshold")
+    expect(why).to_contain_text(re.compile(r"cosine 0\.\d{3}"))
+    rerun = why.get_by_role("button", name=re.compile(r"Rerun with threshold"))
+    fix = re.search(r"Rerun with (.+)", rerun.inner_text()).group(1).strip()
+    rerun.click()
+    idle(page)
+    expect(why).to_contain_text(f"With {fix}, this passage is found.")
+    expect(why).to_contain_text(re.compile(r"What else changes on the set: \d+ question\(s\) "
+                                           r"better, \d+ worse"))
+    assert_readable(page)
+    why.scroll_into_view_if_needed()
+    page.wait_for_timeout(800)
+    screenshot(page, "screenshot-lab-why.png")
     assert not external(page.requests), external(page.requests)

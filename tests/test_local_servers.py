@@ -94,7 +94,9 @@ def test_the_choice_is_remembered_per_library_and_switches_the_answerer(db_path,
     list(ws.apply_settings({"top_k": 4}))
     other = Workspace(settings, embedder=local_embedder)
     assert other.answerer.name == "openai" and other.settings.retrieval.top_k == 4
+    assert ws.answerer.name == "openai"  # "Apply to Chat" kept it
     other.use_local_model(None)
+    ws.settings  # noqa: B018 - every operation reads the library's settings first
     assert ws.local_model() is None and ws.answerer.name == "extractive"
     other.close()
     ws.close()

@@ -180,3 +180,25 @@ def test_applied_settings_replace_each_other(sets):
     assert store.library_settings() == {"top_k": 3}
     store.save_library_settings({})
     assert store.library_settings() == {}
+
+
+def test_expected_answers_from_csv_round_trip_and_can_be_typed(store):
+    text = ("question,document,page,answer\n"
+            "Where do bees dance?,bees.pdf,2,in the hive\n"
+            "Who painted the moon?,,,\n")
+    qset = qs.read_csv(text, name="answers")
+    assert [(q.text, q.answer, q.answerable) for q in qset.questions] == [
+        ("Where do bees dance?", "in the hive", True), ("Who painted the moon?", "", False)]
+    sets = qs.QuestionSets(store)
+    sets.save(qset)
+    again = sets.get("answers")
+    assert [q.answer for q in again.questions] == ["in the hive", ""]
+    assert qs.read_csv(qs.write_csv(again), name="x").questions == [
+        qs.Question(q.text, q.judgments, "", q.answer) for q in again.questions]
+    sets.set_answers("answers", {again.questions[1].id: "nobody"})
+    assert sets.get("answers").questions[1].answer == "nobody"
+    with pytest.raises(qs.QuestionSetError, match="nothing was changed"):
+        sets.set_answers("answers", {"q9": "x", again.questions[0].id: "changed"})
+    assert sets.get("answers").questions[0].answer == "in the hive"
+    back = qs.read_jsonl("".join(line + "\n" for line in qs.write_jsonl(again)), name="y")
+    assert [q.answer for q in back.questions] == ["in the hive", ""]

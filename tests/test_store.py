@@ -4,6 +4,7 @@ transactions, cascades, thread safety; the SQLite file's own migrations and prag
 from __future__ import annotations
 
 import multiprocessing
+import re
 import shutil
 import sqlite3
 import threading
@@ -136,6 +137,12 @@ def test_conversations_order_and_cascade(store):
     ).fetchone()[0] == 0
 
 
+def test_an_answer_keeps_its_status_stopped_or_complete(store):
+    store.add_exchange("c1", "title", "q1", "a1", [])
+    store.add_exchange("c1", "title", "q2", "the start of", [], status="stopped")
+    assert [m["status"] for m in store.messages("c1")] == ["complete"] * 3 + ["stopped"]
+
+
 def test_add_exchange_creates_conversation_atomically(store):
     store.add_exchange("c1", "title", "q", "a", [])
     assert store.get_conversation("c1")["title"] == "title"
@@ -224,6 +231,12 @@ def test_a_database_made_by_release_0_1_upgrades_in_place(tmp_path):
     # the FTS index made by 0.1 still answers after the upgrade
     hits = store.conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'Fermat'").fetchall()
     assert hits
+    # m018: the PDF's passages are labelled with their pages, the Markdown file's with nothing
+    labels = dict(store.conn.execute(
+        "SELECT d.name, group_concat(c.location, '|') FROM chunks c JOIN documents d "
+        "ON d.id = c.document_id GROUP BY d.name").fetchall())
+    assert re.fullmatch(r"(pp?\. \d(\u2013\d)?\|?)+", labels["caring-for-old-books.pdf"])
+    assert set(labels["a-short-history-of-marginalia.md"].split("|")) == {""}
     store.close()
     assert migrate(sqlite3.connect(path, isolation_level=None)) == []
 

@@ -54,7 +54,7 @@ def show(ws: Workspace, c: Controls) -> None:
     preview = pd.DataFrame([
         {"chunk": ch.idx,
          "pages": fmt.page_label(ch.page_start, ch.page_end, doc["mime"]).split(" ", 1)[-1],
-         "start": ch.start, "end": ch.end, "length": len(ch.text),
+         "length": len(ch.text),
          "overlap": max(0, chunks[ch.idx - 1].end - ch.start) if ch.idx else 0,
          "text": " ".join(ch.text.split())}
         for ch in chunks

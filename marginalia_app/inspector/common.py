@@ -81,6 +81,28 @@ def config_label(lab: RetrievalLab, config: ev.EvalConfig) -> str:
             f"returned{kw}{size}")
 
 
+def load_into_controls(lab: RetrievalLab, config: ev.EvalConfig, note: str = "") -> None:
+    """Put ``config`` into the controls (a button's callback: it runs before the widgets are
+    drawn again); ``note`` is said once above them."""
+    c = lab.resolved(config)
+    values = {"inspector_mode": c.mode, "inspector_threshold": float(c.threshold or 0.0),
+              "inspector_k": int(c.top_k), "inspector_keyword": lab.keyword_weight(c),
+              "inspector_target": int(c.chunk_target or 0),
+              "inspector_overlap": int(c.chunk_overlap or 0)}
+    state = st.session_state
+    for key, value in values.items():
+        state[key] = state[f"_kept_{key}"] = value
+    if note:
+        state["inspector_loaded"] = note
+
+
+def apply_later(lab: RetrievalLab, config: ev.EvalConfig, note: str) -> None:
+    """A button's callback: load ``config`` into the controls and apply it to Chat on this
+    run (Compare's "Apply A / B to Chat")."""
+    load_into_controls(lab, config)
+    st.session_state["inspector_apply_now"] = note
+
+
 def keep(key: str, default: Any) -> str:
     """``key`` for a widget whose value survives navigating to another page and back."""
     state = st.session_state

@@ -1,21 +1,34 @@
 """Compare two saved configurations on a question set: metrics side by side and, per question,
-the first relevant rank under each and the judgments gained or lost."""
+the first relevant rank under each and the passages gained or lost; answers too; apply A or B
+to Chat."""
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from marginalia_app import presentation as fmt
+from marginalia_app.inspector import answers
 from marginalia_app.inspector.common import (
     Controls,
+    apply_later,
     metric_row,
     pick_set,
     progress_callback,
     remember,
     run_guarded,
 )
+from marginalia_app.inspector.tables import Column, change, passages_cell, show_table
 from marginalia_core.workspace import Workspace
+
+MEASURE_COLUMNS = (Column("measure", "measure"), Column("a", "A", numeric=True),
+                   Column("b", "B", numeric=True),
+                   Column("change", "change", numeric=True, html=True))
+DELTA_COLUMNS = (
+    Column("question", "question"), Column("a", "rank in A", numeric=True, fmt="d"),
+    Column("b", "rank in B", numeric=True, fmt="d"),
+    Column("up", "moved up", numeric=True, html=True),
+    Column("gained", "gained in B", html=True), Column("lost", "lost in B", html=True),
+)
 
 
 def show(ws: Workspace, c: Controls) -> None:
@@ -36,41 +49,41 @@ def show(ws: Workspace, c: Controls) -> None:
     a = ca.selectbox("A", names, key="inspector_cfg_a")
     b = cb.selectbox("B", names, key="inspector_cfg_b")
     remember()
-    ca.caption(c.label(saved[a]))
-    cb.caption(c.label(saved[b]))
+    for col, side, cname in ((ca, "A", a), (cb, "B", b)):
+        col.caption(c.label(saved[cname]))
+        same = lab.same_effect(saved[cname], c.applied)
+        col.button(f"Apply {side} to Chat", key=f"inspector_apply_{side.lower()}",
+                   icon=":material/done_all:", disabled=same,
+                   help="Chat uses it already" if same else
+                   f"Put “{cname}” into the settings above and apply it to Chat",
+                   on_click=apply_later, args=(lab, saved[cname], f"“{cname}” ({side})"))
     bar = st.empty()
-    if st.button("Compare", type="primary", key="inspector_compare",
-                 icon=":material/compare_arrows:"):
+    row = st.container(horizontal=True, gap="small")
+    if row.button("Compare", type="primary", key="inspector_compare",
+                  icon=":material/compare_arrows:"):
         cmp = run_guarded(lab.compare, name, a, b, progress=progress_callback(bar))
         if cmp is not None:
             state["inspector_cmp"] = (a, b, cmp)
+    answers.compare_button(lab, name, a, b, row)
     bar.empty()
     got = state.get("inspector_cmp")
-    if got is None or got[2].set_name != name:
-        return
-    a, b, cmp = got
+    if got is not None and got[2].set_name == name:
+        _results(c, name, *got)
+    answers.compare(name, a, b)
+
+
+def _results(c: Controls, name: str, a: str, b: str, cmp) -> None:
+    lab = c.lab
     k = cmp.b.config.top_k
     st.markdown(f"**B ({fmt.escape_inline(b)}) against A ({fmt.escape_inline(a)})** · "
                 f"{cmp.better} question(s) better, {cmp.worse} worse")
     metric_row(cmp.b.metrics, k, cmp.a.metrics)
-    rows = []
-    for key in cmp.a.metrics:
-        if key == "questions":
-            continue
-        va, vb = cmp.a.metrics[key], cmp.b.metrics.get(key, 0.0)
-        rows.append({"measure": key, "A": round(va, 3), "B": round(vb, 3),
-                     "change": round(vb - va, 3)})
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    col = st.column_config
-    st.dataframe(pd.DataFrame([
-        {"question": d.question, "rank in A": d.rank_a, "rank in B": d.rank_b,
-         "moved up": d.shift, "gained": ", ".join(d.gained), "lost": ", ".join(d.lost)}
-        for d in cmp.deltas]), hide_index=True, width="stretch", key="inspector_deltas",
-        column_config={"question": col.TextColumn(width=250),
-                       "rank in A": col.NumberColumn(width=70),
-                       "rank in B": col.NumberColumn(width=70),
-                       "moved up": col.NumberColumn(
-                           width=70, help="How many places B moved the first relevant "
-                           "passage up"),
-                       "gained": col.TextColumn(width=160),
-                       "lost": col.TextColumn(width=160)})
+    show_table([{"measure": key, "a": cmp.a.metrics[key], "b": cmp.b.metrics.get(key, 0.0),
+                 "change": change(cmp.b.metrics.get(key, 0.0) - cmp.a.metrics[key])}
+                for key in cmp.a.metrics if key != "questions"], MEASURE_COLUMNS)
+    judged = lab.judged_passages(name)
+    show_table([{"question": d.question, "a": d.rank_a, "b": d.rank_b,
+                 "up": change(d.shift, "+d") if d.shift is not None else None,
+                 "gained": passages_cell(d.gained, judged),
+                 "lost": passages_cell(d.lost, judged)}
+                for d in cmp.deltas], DELTA_COLUMNS)

@@ -12,6 +12,7 @@ from marginalia_app.inspector.common import (
     Controls,
     config_label,
     keep,
+    load_into_controls,
     remember,
     run_guarded,
 )
@@ -85,30 +86,66 @@ def draw(ws: Workspace) -> Controls:
                            embedder=lab.embedder_key())
     controls = Controls(query, config, applied, chat_threshold, lab)
     _apply_button(ws, controls, cols[6])
+    _configurations(ws, controls)
     return controls
+
+
+def _apply(c: Controls, what: str) -> None:
+    outcome = None
+    for event in run_guarded(c.lab.apply, c.config) or []:
+        if event["type"] == "done":
+            outcome = event
+        elif event["type"] == "error":
+            st.error(fmt.escape_inline(event["message"]), icon=":material/error:")
+    st.session_state["inspector_flash"] = f"Chat now uses {what}." + (
+        " Documents were re-indexed with the new passage size." if outcome else "")
+    st.rerun()
 
 
 def _apply_button(ws: Workspace, c: Controls, where) -> None:
     state = st.session_state
+    if note := state.pop("inspector_apply_now", None):
+        _apply(c, note)
     same = c.lab.same_effect(c.config, c.applied)
-    status = st.container()
     if where.button("Apply to Chat", type="primary", icon=":material/done_all:",
                     key="inspector_apply", disabled=same,
                     help="Chat uses these settings already" if same else
                     "Save these settings for this library; documents split another way are "
                     "re-indexed."):
-        outcome = None
-        for event in run_guarded(c.lab.apply, c.config) or []:
-            if event["type"] == "done":
-                outcome = event
-            elif event["type"] == "error":
-                st.error(fmt.escape_inline(event["message"]), icon=":material/error:")
-        state["inspector_flash"] = "Chat now uses these settings." + (
-            " Documents were re-indexed with the new passage size." if outcome else "")
-        st.rerun()
-    status.caption(
-        ("Chat uses these settings" if same else "Chat uses: " + config_label(c.lab, c.applied))
-        + ("" if ws.applied_settings() else " (the defaults)") + "."
-    )
-    if flash := state.pop("inspector_flash", None):
-        st.success(fmt.escape_inline(flash), icon=":material/check_circle:")
+        _apply(c, "these settings")
+
+
+def _configurations(ws: Workspace, c: Controls) -> None:
+    """What Chat uses (and which saved configuration that is); Load a saved configuration
+    into the controls; Reset them to the defaults."""
+    state, lab = st.session_state, c.lab
+    tuning = ws.retrieval_tuning()
+    same = lab.same_effect(c.config, c.applied)
+    named = f" (saved configuration “{fmt.escape_inline(tuning.config)}”)" if tuning.config \
+        else ""
+    status = ("Chat uses these settings" if same else
+              "Chat uses: " + config_label(lab, c.applied))
+    status += named + ("" if tuning.tuned else " (the defaults)") + "."
+    saved = lab.configs()
+    row = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+    row.caption(status, width="stretch")
+    if saved:
+        names = list(saved)
+        if state.get("inspector_load_name") not in names:
+            state["inspector_load_name"] = names[0]
+        name = row.selectbox("Saved configuration", names, key="inspector_load_name",
+                             label_visibility="collapsed", width=200)
+        row.button("Load", key="inspector_load", icon=":material/bookmark:",
+                   help="Put this saved configuration into the settings above",
+                   on_click=load_into_controls,
+                   args=(lab, saved[name], f"Loaded “{name}” into the settings."))
+    at_defaults = lab.same_effect(c.config, lab.defaults())
+    row.button("Reset to defaults", key="inspector_reset", icon=":material/restart_alt:",
+               disabled=at_defaults,
+               help="The settings above are the defaults" if at_defaults else
+               "Put the defaults (environment and built-in) into the settings above",
+               on_click=load_into_controls,
+               args=(lab, lab.defaults(), "The settings are the defaults again."))
+    for key in ("inspector_flash", "inspector_loaded"):
+        if flash := state.pop(key, None):
+            st.success(fmt.escape_inline(flash), icon=":material/check_circle:")

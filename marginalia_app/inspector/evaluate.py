@@ -1,13 +1,14 @@
-"""Evaluate and tune: metrics of a question set under the controls, the threshold, keyword
-weight and passage-size sweeps, and saving the controls as a named configuration."""
+"""Evaluate and tune: metrics of a question set under the controls (retrieval, and answers
+when the set has expected answers), "why wasn't it found?" for a missed passage, the threshold,
+keyword-weight and passage-size sweeps with their suggestions, and saving the controls as a
+named configuration."""
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from marginalia_app import presentation as fmt
-from marginalia_app.charts import sweep_chart, weight_chart
+from marginalia_app.inspector import answers, sweeps, why
 from marginalia_app.inspector.common import (
     Controls,
     metric_row,
@@ -15,19 +16,15 @@ from marginalia_app.inspector.common import (
     progress_callback,
     run_guarded,
 )
+from marginalia_app.inspector.tables import Column, passages_cell, show_table
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.workspace import Workspace
 
-
-def question_table(result: ev.EvalResult) -> pd.DataFrame:
-    return pd.DataFrame([
-        {"question": q.question, "first relevant at": q.first_relevant_rank,
-         "found": f"{len(q.found)} of {len(q.found) + len(q.missed)}",
-         "missed": "; ".join(q.missed),
-         "recall": round(q.recall, 3),
-         "precision": None if q.precision is None else round(q.precision, 3)}
-        for q in result.questions
-    ])
+QUESTION_COLUMNS = (
+    Column("question", "question"), Column("rank", "first relevant at", numeric=True),
+    Column("found", "found", html=True), Column("missed", "missed", html=True),
+    Column("recall", "recall", numeric=True), Column("precision", "precision", numeric=True),
+)
 
 
 def show(ws: Workspace, c: Controls) -> None:
@@ -35,64 +32,75 @@ def show(ws: Workspace, c: Controls) -> None:
     if name is None:
         return
     st.caption("With the settings above: " + c.label())
-    _buttons(c, name)
+    floor = st.number_input(
+        "Recall to keep", min_value=0.0, max_value=1.0, step=0.05, value=None,
+        key="inspector_floor", placeholder=f"{ev.RECALL_FLOOR_SHARE:.0%} of the recall now",
+        help="A suggestion never finds fewer of the ticked passages than this (recall@k). "
+        f"Empty: {ev.RECALL_FLOOR_SHARE:.0%} of what the settings above find.", width=220)
+    _buttons(c, name, floor)
     state = st.session_state
     result: ev.EvalResult | None = state.get("inspector_result")
     if result is not None and result.set_name == name:
         _result(c, name, result)
-    _sweeps(c)
+        why.show(c, name, result)
+    answers.show_result(c, name)
+    sweeps.show(c, name)
+    _save(c)
 
 
-def _buttons(c: Controls, name: str) -> None:
+def _buttons(c: Controls, name: str, floor: float | None) -> None:
     lab, state = c.lab, st.session_state
-    b = st.columns(5)
+    row = st.container(horizontal=True, gap="small")
     bar = st.empty()
-    if b[0].button("Evaluate", type="primary", key="inspector_evaluate",
-                   icon=":material/analytics:"):
+    if row.button("Evaluate", type="primary", key="inspector_evaluate",
+                  icon=":material/analytics:"):
         result = run_guarded(lab.evaluate, name, c.config, progress=progress_callback(bar))
         if result is not None:
             state["inspector_result"] = result
-    if b[1].button("Sweep the threshold", key="inspector_sweep_t",
-                   icon=":material/show_chart:"):
+            state.pop("inspector_why_report", None)
+    if row.button("Evaluate answers", key="inspector_evaluate_answers",
+                  icon=":material/fact_check:",
+                  help="Answer every question with the answerer Chat uses, from the passages "
+                  "these settings return, and measure the answers against the expected ones "
+                  "(Question sets → Expected answers)"):
+        got = run_guarded(lab.evaluate_answers, name, c.config,
+                          progress=progress_callback(bar))
+        if got is not None:
+            state["inspector_answers"] = got
+            state["inspector_result"] = got.retrieval
+    if row.button("Sweep the threshold", key="inspector_sweep_t", icon=":material/show_chart:"):
         sweep = run_guarded(lab.threshold_sweep, name, mode=c.mode, top_k=c.top_k,
-                            alpha=c.alpha)
+                            alpha=c.alpha, current=c.threshold, floor=floor)
         if sweep is not None:
             state["inspector_tsweep"] = sweep
-    if b[2].button("Sweep the keyword weight", key="inspector_sweep_w",
-                   icon=":material/balance:"):
-        sweep = run_guarded(lab.weight_sweep, name, c.config)
+    if row.button("Sweep the keyword weight", key="inspector_sweep_w",
+                  icon=":material/balance:"):
+        sweep = run_guarded(lab.weight_sweep, name, c.config, floor=floor)
         if sweep is not None:
             state["inspector_wsweep"] = sweep
-    if b[3].button("Sweep passage size", key="inspector_sweep_c", icon=":material/view_week:",
-                   help="Re-split and re-embed every document into a scratch index for each "
-                   "size (800/100, 1400/200, 2000/300); embeddings are cached, so a second "
-                   "sweep is fast. Any click (Cancel) stops it."):
-        b[4].button("Cancel", key="inspector_cancel", icon=":material/cancel:")
-        sweep = run_guarded(lab.chunk_sweep, name, config=c.config,
-                            progress=progress_callback(bar))
-        if sweep is not None:
-            state["inspector_csweep"] = sweep
+    if row.button("Sweep passage size", key="inspector_sweep_c", icon=":material/view_week:",
+                  help="Re-split every document into a scratch index for each size "
+                  "(800/100, 1400/200, 2000/300 and the size above); it embeds only text no "
+                  "earlier run has embedded, and says how much before it starts."):
+        state["inspector_csweep_ask"] = (name, floor)
+    sweeps.passage_size_run(c, name, row, bar)
     bar.empty()
 
 
 def _result(c: Controls, name: str, result: ev.EvalResult) -> None:
     st.markdown(f"**{fmt.escape_inline(name)}** · {c.label(result.config)}")
     metric_row(result.metrics, result.config.top_k)
-    col = st.column_config
-    st.dataframe(question_table(result), hide_index=True, width="stretch",
-                 key="inspector_questions",
-                 column_config={
-                     "question": col.TextColumn(width=250),
-                     "first relevant at": col.NumberColumn(
-                         "rank", width=60, help="Rank of the first relevant passage "
-                         f"(empty: not in the first {ev.DEPTH})"),
-                     "found": col.TextColumn(
-                         width=70, help="Ticked passages found in the passages returned"),
-                     "missed": col.TextColumn(
-                         width=250, help="Ticked passages not among those returned"),
-                     "recall": col.NumberColumn(width=60),
-                     "precision": col.NumberColumn(width=75),
-                 })
+    judged = c.lab.judged_passages(name)
+    rows = [{"question": q.question, "rank": q.first_relevant_rank,
+             "found": passages_cell(q.found, judged), "missed": passages_cell(q.missed, judged),
+             "recall": q.recall, "precision": q.precision}
+            for q in result.questions if q.judgments]
+    st.caption(f"Per question: the rank of the first ticked passage (– : not in the first "
+               f"{ev.DEPTH}); open a passage to read it whole.")
+    show_table(rows, QUESTION_COLUMNS)
+
+
+def _save(c: Controls) -> None:
     cname, csave = st.columns([3, 1], vertical_alignment="bottom")
     label = cname.text_input("Save these settings as", key="inspector_cfg_name",
                              placeholder="e.g. strict")
@@ -100,32 +108,3 @@ def _result(c: Controls, name: str, result: ev.EvalResult) -> None:
                     icon=":material/bookmark_add:", disabled=not label.strip()) and \
             run_guarded(lambda: c.lab.save_config(label.strip(), c.config) or True):
         st.success(f"Saved {fmt.escape_inline(label.strip())}.", icon=":material/check_circle:")
-
-
-def _sweeps(c: Controls) -> None:
-    state = st.session_state
-    tsweep: ev.ThresholdSweep | None = state.get("inspector_tsweep")
-    if tsweep is not None:
-        st.markdown(f"**Threshold sweep** · suggested {tsweep.suggested:.2f} (best F1)",
-                    help="Precision and recall of the passages returned at each threshold; "
-                    "F1 balances them.")
-        st.altair_chart(sweep_chart(tsweep, c.threshold), width="stretch")
-
-        def use_suggested(value: float = tsweep.suggested) -> None:
-            state["inspector_threshold"] = max(0.0, min(1.0, float(value)))
-
-        st.button(f"Use the suggested threshold {tsweep.suggested:.2f}", on_click=use_suggested,
-                  key="inspector_use_suggested")
-    wsweep: ev.WeightSweep | None = state.get("inspector_wsweep")
-    if wsweep is not None:
-        best = c.lab.keyword_weight(ev.EvalConfig(mode="hybrid", alpha=wsweep.best))
-        st.markdown(f"**Keyword weight sweep** · best {best:.2f}")
-        st.altair_chart(weight_chart(wsweep, "ndcg@10"), width="stretch")
-    csweep = state.get("inspector_csweep")
-    if csweep is not None:
-        st.markdown(f"**Passage size sweep** · best {csweep.best[0]} / {csweep.best[1]}")
-        st.dataframe(pd.DataFrame([
-            {"passage size": p.target, "overlap": p.overlap, "passages": p.chunks,
-             "embedded now": p.embedded_now, **{k: round(v, 3) for k, v in
-                                                 p.result.metrics.items() if k != "questions"}}
-            for p in csweep.points]), hide_index=True, width="stretch")

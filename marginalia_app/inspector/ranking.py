@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from marginalia_app import passages as margin
 from marginalia_app import presentation as fmt
 from marginalia_app.charts import histogram
 from marginalia_app.inspector.common import MODE_LABELS, Controls, keep, remember
@@ -99,8 +100,7 @@ def show(ws: Workspace, c: Controls) -> None:
             + f" · cosine {row.cosine:.3f} · BM25 {row.bm25:.2f}"
             + ("" if picked.selection.rows else " · select a row to see another passage")
         )
-        st.markdown(fmt.passage_markdown(row.content,
-                                         fmt.term_spans(row.content, lab.query_terms(q))))
+        st.html(margin.terms_html(row.content, row.mime, lab.query_terms(q)))
 
 
 def _columns(mode: str, top_k: int, threshold: float) -> dict:

@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import hashlib
 
-import pandas as pd
 import streamlit as st
 
+from marginalia_app import passages as margin
 from marginalia_app import presentation as fmt
+from marginalia_app.inspector import answers
 from marginalia_app.inspector.common import Controls, run_guarded
+from marginalia_app.inspector.tables import Column, show_table
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.lab import RetrievalLab
 from marginalia_core.workspace import Workspace
 
 TICK_CANDIDATES = 8  # passages offered for ticking, at least
+SET_COLUMNS = (Column("set", "set"), Column("questions", "questions", numeric=True, fmt="d"),
+               Column("judgments", "judged passages", numeric=True, fmt="d"),
+               Column("about", "about"))
+TICK_WORDS = 24  # words of a passage its checkbox shows; the rest opens below it
 
 
 def save_question(lab: RetrievalLab, question: str, ticked: list[int], digest: str) -> None:
@@ -46,14 +52,12 @@ def show(ws: Workspace, c: Controls) -> None:
     summaries = lab.list_sets()
     st.markdown("**Question sets**")
     if summaries:
-        st.dataframe(pd.DataFrame([{"set": s.name, "questions": s.questions,
-                                    "judgments": s.judgments, "about": s.description}
-                                   for s in summaries]),
-                     hide_index=True, width="stretch",
-                     column_config={"set": st.column_config.TextColumn(width=200),
-                                    "about": st.column_config.TextColumn(width=360)})
+        show_table([{"set": s.name, "questions": s.questions, "judgments": s.judgments,
+                     "about": s.description} for s in summaries], SET_COLUMNS)
     else:
         st.caption("None yet: add a question above or import a set.")
+    if summaries:
+        answers.editor(lab, [s.name for s in summaries])
     imp, exp = st.columns(2, gap="large")
     with imp:
         _import(lab)
@@ -72,12 +76,18 @@ def _tick_and_save(lab: RetrievalLab, c: Controls) -> None:
     st.caption(f"Passages for “{fmt.escape_inline(q, 120)}”, best first: tick the ones "
                "that answer it.")
     ticked = []
+    terms = lab.query_terms(q)
     for h in hits:
         pages = fmt.page_label(h.page_start, h.page_end, h.mime, h.location)
+        words = h.content.split()
+        first = " ".join(words[:TICK_WORDS]) + ("…" if len(words) > TICK_WORDS else "")
         label = (f"{fmt.escape_inline(h.document_name, 50)}"
-                 f"{' · ' + pages if pages else ''} — {fmt.escape_inline(h.excerpt[:150])}")
-        if st.checkbox(label, key=f"tick-{digest}-{h.chunk_id}"):
-            ticked.append(h.chunk_id)
+                 f"{' · ' + pages if pages else ''} — {fmt.escape_inline(first)}")
+        with st.container(key=f"tick-row-{h.chunk_id}", gap=None):
+            if st.checkbox(label, key=f"tick-{digest}-{h.chunk_id}"):
+                ticked.append(h.chunk_id)
+            st.html('<details class="lab-whole"><summary>Read the whole passage</summary>'
+                    f"{margin.terms_html(h.content, h.mime, terms)}</details>")
     names = [s.name for s in lab.list_sets()]
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     c1.text_input("Question set", key="inspector_new_set",

@@ -26,8 +26,8 @@ INSTRUCTIONS = (
 
 def _hit(source: dict[str, Any]) -> dict[str, Any]:
     """A search hit: where it is, how close, and an excerpt (the full text via get_passage)."""
-    keep = ("n", "chunk_id", "document_id", "document_name", "page", "page_end", "score",
-            "excerpt", "ocr")
+    keep = ("n", "chunk_id", "document_id", "document_name", "page", "page_end", "location",
+            "score", "excerpt", "ocr")
     return events.to_wire({k: source[k] for k in keep if k in source})
 
 
@@ -40,7 +40,8 @@ def build_mcp_server(ws: Workspace) -> MCPServer:
     @server.tool(description=(
         "Search the library for passages relevant to `query`. Returns {query, mode, threshold, "
         "hits}: the hits best first, each with n (rank), documentName, documentId, page and "
-        "pageEnd (1-based; a text file is page 1), score (cosine similarity 0-1), excerpt, "
+        "pageEnd (1-based; a text file is page 1), location (how to cite it: 'p. 3', "
+        "'slide 2', 'sheet Budget, rows 12-40'), score (cosine similarity 0-1), excerpt, "
         "and chunkId (pass it to get_passage for the full text). `k`: how many (default the "
         "library's, 6); `mode`: hybrid (default), dense or lexical; `document_ids`: search "
         "only those documents (ids from list_documents)."

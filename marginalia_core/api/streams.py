@@ -45,13 +45,15 @@ class _Failure:
 
 
 class EventPump:
-    """Runs ``make()``'s events on a worker thread, one event ahead of the client at most."""
+    """Runs ``make()``'s events on a worker thread; the next one is computed only once the
+    client has taken the last (:meth:`sent`), so the work never runs ahead of the client."""
 
     def __init__(self, make: Callable[[], Iterator[Any]]):
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._sent = threading.Semaphore(0)
         self._stop = threading.Event()
+        self._ended = False
         _pool().submit(self._run, make)
 
     # ------------------------------------------------------------------ worker thread
@@ -87,9 +89,13 @@ class EventPump:
     # ------------------------------------------------------------------ event loop
 
     async def next(self) -> Any | None:
-        """The next event, or None at the end. The worker waits until :meth:`sent`."""
+        """The next event, or None at the end (and after it). The worker waits until
+        :meth:`sent`."""
+        if self._ended:
+            return None
         item = await self._queue.get()
         if item is _END:
+            self._ended = True
             return None
         if isinstance(item, _Failure):
             log.error("an event stream failed", exc_info=item.exc)

@@ -7,7 +7,8 @@ answer that carries a mark gets a support score in [0, 1] against the passages i
 taken together:
 
 - **lexical containment**: the share of its content words (stemmed, stopwords out) that the
-  passages have, times the share of its numbers they have ("24–10", "1851": a number not in the
+  passages have, averaged with the share of its consecutive content-word pairs they have (a
+  passage on the same topic shares words, not phrasing), times the share of its numbers they have ("24–10", "1851": a number not in the
   passage is the commonest hallucination, so it weighs on its own);
 - **meaning**: when containment alone is inconclusive (between ``DECISIVE_LOW`` and
   ``DECISIVE_HIGH``) and a local embedder is given, the best cosine between the sentence and the
@@ -51,6 +52,7 @@ SUPPORT_FLOOR = 0.5  # a sentence scoring below this is not found in the passage
 DECISIVE_HIGH = 0.85  # containment at or above this (numbers found too) needs no embedding
 DECISIVE_LOW = 0.2  # ... and below this no paraphrase rescues it
 LEXICAL_SHARE = 0.5  # of the blended score; the cosine gets the rest
+PAIR_SHARE = 0.5  # of containment: consecutive word pairs found, against single words
 MIN_QUOTE_WORDS = 3  # shorter quoted text ("the 'Mile'") is a term, not a quotation
 MAX_PASSAGE_SENTENCES = 40  # embedded per check at most, so a long answer stays cheap
 NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
@@ -124,11 +126,19 @@ def _numbers(text: str) -> set[str]:
 
 
 def containment(sentence: str, passage: str) -> float:
-    """Share of the sentence's content words the passage has, times the share of its numbers."""
-    words = {t for t in terms(sentence) if not t.isdigit()}
+    """The share of the sentence's content words the passage has, averaged with the share of
+    its pairs of consecutive content words (a passage on the same topic shares the words, not
+    the phrasing), times the share of its numbers the passage has."""
+    sequence = [t for t in terms(sentence) if not t.isdigit()]
+    words = set(sequence)
     numbers = _numbers(sentence)
-    have = set(terms(passage))
+    passage_terms = [t for t in terms(passage) if not t.isdigit()]
+    have = set(passage_terms)
     share = len(words & have) / len(words) if words else 1.0
+    pairs = set(zip(sequence, sequence[1:], strict=False))
+    if pairs:
+        have_pairs = set(zip(passage_terms, passage_terms[1:], strict=False))
+        share = (1 - PAIR_SHARE) * share + PAIR_SHARE * len(pairs & have_pairs) / len(pairs)
     if numbers:
         share *= len(numbers & _numbers(passage)) / len(numbers)
     return share

@@ -28,6 +28,10 @@ NDCG_AT = 10
 DEPTH = 100  # units ranked per question: the first-relevant rank is reported up to here
 THRESHOLD_GRID = tuple(round(-0.1 + 0.025 * i, 3) for i in range(37))  # -0.1 .. 0.8
 WEIGHT_GRID = tuple(round(0.1 * i, 1) for i in range(11))  # dense weight 0 .. 1
+# A suggestion keeps recall at or above this share of the current setting's (unless the user
+# sets a floor of their own); metrics this close count as a tie, and ties go to the current value
+RECALL_FLOOR_SHARE = 0.95
+TIE = 1e-3
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -96,6 +100,7 @@ class ThresholdPoint:
     f1: float
     returned: float  # mean passages returned per question
     answered: float  # share of questions with at least one passage
+    empty: tuple[str, ...] = ()  # the questions that get no passage at this threshold
 
 
 @dataclass(frozen=True)
@@ -103,20 +108,32 @@ class ThresholdSweep:
     mode: str
     top_k: int
     current: float
-    suggested: float  # best F1
+    suggested: float  # the highest threshold keeping recall at or above ``floor``
     points: list[ThresholdPoint]
+    best_f1: float | None = None  # the threshold of best F1, whatever it costs in recall
+    floor: float = 0.0  # the recall the suggestion keeps
+
+    def at(self, threshold: float) -> ThresholdPoint:
+        return min(self.points, key=lambda p: abs(p.threshold - threshold))
 
 
 @dataclass(frozen=True)
 class WeightPoint:
     alpha: float | None
     metrics: dict[str, float]
+    empty: tuple[str, ...] = ()  # the questions that get no passage at this weight
 
 
 @dataclass(frozen=True)
 class WeightSweep:
-    best: float | None
+    best: float | None  # the suggested dense weight (best ``key`` keeping recall >= floor)
     points: list[WeightPoint]
+    current: float | None = None
+    key: str = f"ndcg@{NDCG_AT}"
+    floor: float = 0.0
+
+    def at(self, alpha: float | None) -> WeightPoint:
+        return next(p for p in self.points if p.alpha == alpha)
 
 
 @dataclass(frozen=True)
@@ -178,7 +195,7 @@ def prepare(
 # --- scoring one question --------------------------------------------------------------------
 
 
-def _units(hits: Sequence[Hit], question: Question) -> list[tuple[float, frozenset[int]]]:
+def rank_units(hits: Sequence[Hit], question: Question) -> list[tuple[float, frozenset[int]]]:
     """(cosine of the unit's best passage, indexes of the judgments it matches), best first.
     A unit is a passage, or a document when every judgment is at document level."""
     judged = [(i, j) for i, j in enumerate(question.judgments) if j.grade > 0]
@@ -241,9 +258,13 @@ def _mean(values: Iterable[float]) -> float:
 
 
 def summarize(results: Sequence[QuestionResult], k: int) -> dict[str, float]:
+    """Mean metrics over the questions with a relevant passage (one the library cannot
+    answer has nothing to find; the answer metrics count its refusals)."""
+    count = len(results)
+    results = [r for r in results if r.judgments]
     answered = [r for r in results if r.returned]
     return {
-        "questions": len(results),
+        "questions": count,
         f"recall@{k}": _mean(r.recall for r in results),
         f"precision@{k}": _mean(r.precision for r in answered if r.precision is not None),
         f"mrr@{k}": _mean(r.reciprocal_rank for r in results),
@@ -265,7 +286,7 @@ def evaluate_prepared(
     results = []
     for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
         hits = retriever.retrieve(c, config, top_k=False, passages=prepared.chunks)
-        results.append(score_question(q, _units(hits, q), config.top_k))
+        results.append(score_question(q, rank_units(hits, q), config.top_k))
     return EvalResult(
         prepared.qset.name, config, threshold, summarize(results, config.top_k), results
     )
@@ -286,6 +307,30 @@ def evaluate(
     return evaluate_prepared(retriever, prepared, config)
 
 
+def recall_floor(current_recall: float, floor: float | None = None) -> float:
+    """The recall a suggestion must keep: ``floor`` if the user set one, else
+    RECALL_FLOOR_SHARE of the current setting's."""
+    return float(floor) if floor is not None else RECALL_FLOOR_SHARE * current_recall
+
+
+def suggest(
+    options: Sequence[tuple[Any, float, float]], current: Any, floor: float
+) -> Any:
+    """Of ``(value, score, recall)`` options, the value of best score among those keeping
+    recall >= ``floor``; scores within TIE of the best tie, and a tie goes to ``current``,
+    else to the value nearest it (numbers) or the first. None kept the floor: ``current``."""
+    kept = [o for o in options if o[2] >= floor - 1e-9]
+    if not kept:
+        return current
+    best = max(score for _, score, _ in kept)
+    tied = [value for value, score, _ in kept if score >= best - TIE]
+    if current in tied:
+        return current
+    if isinstance(current, int | float):
+        return min(tied, key=lambda v: abs(v - current))
+    return tied[0]
+
+
 def threshold_sweep(
     retriever: Retriever,
     prepared: Prepared,
@@ -294,12 +339,18 @@ def threshold_sweep(
     top_k: int | None = None,
     alpha: float | None = None,
     grid: Sequence[float] = THRESHOLD_GRID,
+    current: float | None = None,
+    floor: float | None = None,
 ) -> ThresholdSweep:
     """Precision / recall / F1 of the passages returned at each threshold, in one pass: each
     question is ranked once with no threshold, then each threshold only filters.
 
     Precision = relevant passages returned / passages returned; recall = judgments found /
-    judgments (both pooled over the questions); the suggested threshold maximizes F1."""
+    judgments (both pooled over the questions). The suggestion is the highest threshold that
+    keeps recall at or above ``floor`` (default: RECALL_FLOOR_SHARE of the recall at
+    ``current``, Chat's threshold when not given): a stricter threshold only pays while it
+    loses nothing that matters. The best-F1 threshold is reported beside it."""
+    current = retriever.threshold if current is None else round(float(current), 4)
     config = retriever.config(mode=mode, top_k=top_k, alpha=alpha, threshold=-math.inf)
     mode, top_k = config.mode, config.top_k
     per_q = []
@@ -307,24 +358,34 @@ def threshold_sweep(
         hits = retriever.retrieve(c, config, top_k=False, passages=prepared.chunks)
         if mode == "hybrid":  # a keyword rescue passes every threshold
             hits = [replace(h, score=math.inf) if h.rescued else h for h in hits]
-        per_q.append(_units(hits, q))
+        per_q.append((q.text, rank_units(hits, q)))
     points = []
     total_judged = sum(sum(1 for j in q.judgments if j.grade > 0) for q in prepared.qset.questions)
-    for t in grid:
-        returned = relevant = found = answered = 0
-        for units in per_q:
+    for t in sorted({*grid, current}):
+        returned = relevant = found = 0
+        empty = []
+        for text, units in per_q:
             kept = [m for cosine, m in units if cosine >= t or mode == "lexical"][:top_k]
             returned += len(kept)
             relevant += sum(1 for m in kept if m)
             found += len(frozenset().union(*kept)) if kept else 0
-            answered += bool(kept)
+            if not kept:
+                empty.append(text)
         p = relevant / returned if returned else 1.0
         r = found / total_judged if total_judged else 0.0
         f1 = 2 * p * r / (p + r) if p + r else 0.0
         n = max(1, len(per_q))
-        points.append(ThresholdPoint(float(t), p, r, f1, returned / n, answered / n))
-    best = max(points, key=lambda pt: (pt.f1, -abs(pt.threshold - retriever.threshold)))
-    return ThresholdSweep(mode, top_k, retriever.threshold, best.threshold, points)
+        points.append(ThresholdPoint(float(t), p, r, f1, returned / n,
+                                     1 - len(empty) / n, tuple(empty)))
+    now = next(p for p in points if p.threshold == current)
+    need = recall_floor(now.recall, floor)
+    # the highest threshold keeping the floor; equal results tie, and a tie goes to ``current``
+    suggested = suggest([(p.threshold, p.threshold, p.recall) for p in points
+                         if (p.precision, p.recall, p.returned) != (now.precision, now.recall,
+                                                                    now.returned)
+                         or p.threshold == current], current, need)
+    best = max(points, key=lambda pt: (pt.f1, -abs(pt.threshold - current)))
+    return ThresholdSweep(mode, top_k, current, suggested, points, best.threshold, need)
 
 
 def weight_sweep(
@@ -332,17 +393,26 @@ def weight_sweep(
     prepared: Prepared,
     base: EvalConfig,
     *,
-    grid: Sequence[float | None] = (*WEIGHT_GRID, None),
+    grid: Sequence[float] = WEIGHT_GRID,
     key: str = f"ndcg@{NDCG_AT}",
+    floor: float | None = None,
 ) -> WeightSweep:
-    """Hybrid metrics at each dense weight (``None`` = the default, lexical.ALPHA)."""
-    points = [
-        WeightPoint(a, evaluate_prepared(retriever, prepared,
-                                         replace(base, mode="hybrid", alpha=a)).metrics)
-        for a in grid
-    ]
-    best = max(points, key=lambda p: p.metrics[key]).alpha
-    return WeightSweep(best, points)
+    """Hybrid metrics at each dense weight of ``grid`` and at ``base``'s own (None: the
+    library's). The suggestion is the weight of best ``key`` among those keeping recall@k at
+    or above ``floor`` (default: RECALL_FLOOR_SHARE of ``base``'s); a tie goes to ``base``'s
+    weight, so a flat curve suggests no change."""
+    current = round(retriever.alpha_of(base), 4)
+    points = []
+    for a in sorted({*(round(float(g), 4) for g in grid), current}):
+        result = evaluate_prepared(retriever, prepared, replace(base, mode="hybrid", alpha=a))
+        points.append(WeightPoint(a, result.metrics,
+                                  tuple(q.question for q in result.questions if not q.returned)))
+    recall_key = f"recall@{base.top_k}"
+    now = next(p for p in points if p.alpha == current)
+    kept = recall_floor(now.metrics[recall_key], floor)
+    best = suggest([(p.alpha, p.metrics[key], p.metrics[recall_key]) for p in points],
+                   current, kept)
+    return WeightSweep(best, points, current, key, kept)
 
 
 def compare(a: EvalResult, b: EvalResult) -> Comparison:

@@ -196,6 +196,7 @@ class LibraryStore(LexicalSource, Protocol):
         sources: Sequence[dict[str, Any]], *, query: str | None = None,
         documents: Any = ...,  # a list of ids, None (all) or rows.KEEP (leave as it is)
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",  # or "stopped": the reader stopped the answer
     ) -> tuple[dict[str, Any], dict[str, Any]]: ...
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]: ...

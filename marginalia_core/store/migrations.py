@@ -389,6 +389,19 @@ def m018_document_source(conn: sqlite3.Connection) -> None:
     run_statements(conn, *DOCUMENT_SOURCE_STATEMENTS)
 
 
+@migration
+def m016_question_answers(conn: sqlite3.Connection) -> None:
+    """A question's expected answer (empty: none given), for the lab's answer metrics."""
+    conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")
+
+
+@migration
+def m014_message_status(conn: sqlite3.Connection) -> None:
+    """An answer's status: ``complete``, or ``stopped`` when the reader pressed Stop (what was
+    said so far is kept with its question, marked as such)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
+
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:
     the upgrade holds the write lock from reading what is pending to recording what it applied."""

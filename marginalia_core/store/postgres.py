@@ -341,6 +341,18 @@ def p010_document_source(conn: psycopg.Connection) -> None:
     run_statements(conn, *DOCUMENT_SOURCE_STATEMENTS)
 
 
+@pg_migration
+def p011_question_answers(conn: psycopg.Connection) -> None:
+    """SQLite's m016: a question's expected answer (empty: none given)."""
+    conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")
+
+
+@pg_migration
+def p007_message_status(conn: psycopg.Connection) -> None:
+    """An answer's status: ``complete``, or ``stopped`` (the reader pressed Stop)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
+
+
 def _document(row: dict[str, Any]) -> dict[str, Any]:
     """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
     row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
@@ -1183,8 +1195,10 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A question with its complete answer (creating the conversation if new), one
+        """A question with its complete (or stopped: ``status``) answer (creating the
+        conversation if new), one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
         searched (kept on the answer); ``documents`` sets the conversation's scope (None or
         empty: all), ``KEEP`` leaves it as it is."""
@@ -1203,7 +1217,8 @@ class PostgresStore(JobTable, LibrarySettingsTable):
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query, support=support
+                conversation_id, "assistant", answer, sources, query=query, support=support,
+                status=status,
             )
         return user, assistant
 
@@ -1216,6 +1231,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         *,
         query: str | None = None,
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",
     ) -> dict[str, Any]:
         """Insert a message inside an open ``write()`` transaction and touch its conversation.
         ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
@@ -1230,11 +1246,12 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             "created": stamp,
             "query": query,
             "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
+            "status": status,
         }
         raw.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
-            "support) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
-            "%(created)s, %(query)s, %(support)s)",
+            "support, status) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
+            "%(created)s, %(query)s, %(support)s, %(status)s)",
             msg,
         )
         raw.execute(
@@ -1245,7 +1262,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         query = (
-            "SELECT id, conversation_id, role, content, sources, created, query, support "
+            "SELECT id, conversation_id, role, content, sources, created, query, support, status "
             "FROM messages "
             "WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
         )

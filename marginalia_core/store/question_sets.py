@@ -27,6 +27,7 @@ from marginalia_core.store.rows import new_id, now_iso
 
 # A chunk matches a span judgment when they share at least this share of the shorter of the two
 SPAN_OVERLAP = 0.5
+LABEL_WORDS = 6  # words of a span judgment's excerpt its label quotes
 # library_settings rows that are not retrieval settings: "Apply to Chat" leaves them alone
 _PAGES = re.compile(r"^\s*(\d+)\s*(?:[-–]\s*(\d+))?\s*$")
 
@@ -54,17 +55,26 @@ class Judgment:
         return "page" if self.page_start is not None else "document"
 
     @property
+    def pages(self) -> str:
+        """"p. 3" or "p. 3–5"; "" for a judgment with no pages (a text file, a document)."""
+        if self.page_start is None:
+            return ""
+        if self.page_end in (None, self.page_start):
+            return f"p. {self.page_start}"
+        return f"p. {self.page_start}–{self.page_end}"
+
+    @property
     def label(self) -> str:
+        """What a person reads: the document, its pages, and for a text span its first words
+        (never character offsets)."""
+        where = " ".join(p for p in (self.document, self.pages) if p)
         if self.level == "span":
-            return f"{self.document} chars {self.span_start}–{self.span_end}"
-        if self.level == "page":
-            pages = (
-                str(self.page_start)
-                if self.page_end in (None, self.page_start)
-                else f"{self.page_start}–{self.page_end}"
-            )
-            return f"{self.document} p. {pages}"
-        return self.document
+            words = " ".join(self.excerpt.split()[:LABEL_WORDS])
+            if words:
+                more = "…" if len(self.excerpt.split()) > LABEL_WORDS else ""
+                return f"{where} “{words}{more}”"
+            return f"{where} (a passage)"
+        return where
 
     def matches(self, chunk: dict[str, Any]) -> bool:
         """Does this chunk (a row with document name/id, pages and offsets) answer it?"""
@@ -88,6 +98,13 @@ class Question:
     text: str
     judgments: tuple[Judgment, ...]
     id: str = ""  # the set's own id for the question (BEIR query id, "q3", ...)
+    answer: str = ""  # the expected answer ("": none given), for the answer metrics
+
+    @property
+    def answerable(self) -> bool:
+        """A question with no relevant passage is one the library cannot answer: a right
+        answer refuses it, and retrieval metrics leave it out."""
+        return any(j.grade > 0 for j in self.judgments)
 
 
 @dataclass
@@ -167,9 +184,9 @@ class QuestionSets:
                 seen.add(ext)
                 qid = new_id()
                 conn.execute(
-                    "INSERT INTO questions (id, set_id, position, external_id, text) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (qid, set_id, pos, ext, q.text.strip()),
+                    "INSERT INTO questions (id, set_id, position, external_id, text, answer) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (qid, set_id, pos, ext, q.text.strip(), (q.answer or "").strip()),
                 )
                 conn.executemany(
                     "INSERT INTO judgments (question_id, document, page_start, page_end, "
@@ -216,12 +233,32 @@ class QuestionSets:
                          j["span_end"], j["grade"], j["excerpt"])
             )
         questions = [
-            Question(q["text"], tuple(judgments.get(q["id"], ())), q["external_id"])
+            Question(q["text"], tuple(judgments.get(q["id"], ())), q["external_id"],
+                     q["answer"] or "")
             for q in conn.execute(
                 "SELECT * FROM questions WHERE set_id = ? ORDER BY position", (row["id"],)
             )
         ]
         return QuestionSet(row["name"], questions, row["description"], row["id"], row["created"])
+
+    def set_answers(self, name: str, answers: dict[str, str]) -> QuestionSetSummary:
+        """Set the expected answers of questions of ``name`` (question id -> answer; "" clears
+        one), in one transaction; an unknown id refuses the whole change."""
+        with self.store.write() as conn:
+            row = conn.execute("SELECT id FROM question_sets WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise self._missing(name)
+            known = {r["external_id"] for r in conn.execute(
+                "SELECT external_id FROM questions WHERE set_id = ?", (row["id"],))}
+            unknown = sorted(set(answers) - known)
+            if unknown:
+                raise QuestionSetError(f"No question {unknown[0]!r} in {name!r}; nothing was "
+                                       "changed.")
+            conn.executemany(
+                "UPDATE questions SET answer = ? WHERE set_id = ? AND external_id = ?",
+                [((a or "").strip(), row["id"], qid) for qid, a in answers.items()],
+            )
+        return self.summary(name)
 
     def delete(self, name: str) -> bool:
         with self.store.write() as conn:
@@ -304,24 +341,43 @@ def read_beir(queries: str | Path, qrels: str | Path, *, name: str) -> QuestionS
     )
 
 
+def _cell(row: list[str], columns: dict[str, int], key: str) -> str:
+    i = columns[key]
+    return row[i].strip() if 0 <= i < len(row) else ""
+
+
 def read_csv(text: str, *, name: str, source: str = "CSV") -> QuestionSet:
-    """A set from CSV rows ``question,document,page``; rows with the same question merge, an
-    empty page means the whole document, ``3-5`` a page range. A header row is optional."""
+    """A set from CSV rows ``question,document,page[,answer]``; rows with the same question
+    merge, an empty page means the whole document, ``3-5`` a page range, ``answer`` is the
+    expected answer. A row with no document is a question the library cannot answer (a right
+    answer refuses it). A header row is optional; with one, columns go by name."""
     order: dict[str, list[Judgment]] = {}
+    answers: dict[str, str] = {}
+    columns = {"question": 0, "document": 1, "page": 2, "answer": 3}
     reader = csv.reader(io.StringIO(text))
     for n, row in enumerate(reader, 1):
         if not row or not any(c.strip() for c in row):
             continue
-        if n == 1 and [c.strip().lower() for c in row[:2]] == ["question", "document"]:
+        names = [c.strip().lower() for c in row]
+        if n == 1 and names[:1] == ["question"] and ("document" in names or "answer" in names):
+            columns = {c: names.index(c) if c in names else -1 for c in columns}
             continue
-        if len(row) < 2 or not row[0].strip() or not row[1].strip():
-            raise _refuse(source, n, "expected question,document[,page]")
+
+        question, document = _cell(row, columns, "question"), _cell(row, columns, "document")
+        if not question or len(row) < 2:
+            raise _refuse(source, n, "expected question,document[,page][,answer]")
         try:
-            start, end = parse_pages(row[2] if len(row) > 2 else "")
+            start, end = parse_pages(_cell(row, columns, "page"))
         except ValueError as e:
             raise _refuse(source, n, str(e)) from None
-        order.setdefault(row[0].strip(), []).append(Judgment(row[1].strip(), start, end))
-    return QuestionSet(name, [Question(q, tuple(js)) for q, js in order.items()])
+        if document:
+            order.setdefault(question, []).append(Judgment(document, start, end))
+        else:
+            order.setdefault(question, [])
+        if (answer := _cell(row, columns, "answer")) and question not in answers:
+            answers[question] = answer
+    return QuestionSet(name, [Question(q, tuple(js), answer=answers.get(q, ""))
+                              for q, js in order.items()])
 
 
 def read_jsonl(text: str, *, name: str, source: str = "JSON lines") -> QuestionSet:
@@ -345,7 +401,8 @@ def read_jsonl(text: str, *, name: str, source: str = "JSON lines") -> QuestionS
                         r.get("span_start"), r.get("span_end"), int(r.get("grade", 1)),
                         r.get("excerpt", ""),
                     ))
-            questions.append(Question(str(d["question"]), tuple(js), str(d.get("id") or "")))
+            questions.append(Question(str(d["question"]), tuple(js), str(d.get("id") or ""),
+                                      str(d.get("answer") or "")))
         except (ValueError, KeyError, TypeError) as e:
             raise _refuse(source, n, f"not a question line ({e})") from None
     return QuestionSet(name, questions)
@@ -357,21 +414,29 @@ def write_jsonl(qset: QuestionSet) -> Iterator[str]:
         for j in q.judgments:
             d = {k: v for k, v in asdict(j).items() if v not in (None, "")}
             rel.append(d)
-        yield json.dumps({"id": q.id, "question": q.text, "relevant": rel}, ensure_ascii=False)
+        line: dict[str, Any] = {"id": q.id, "question": q.text, "relevant": rel}
+        if q.answer:
+            line["answer"] = q.answer
+        yield json.dumps(line, ensure_ascii=False)
 
 
 def write_csv(qset: QuestionSet) -> str:
-    """``question,document,page`` rows (spans are exported as their pages-less document)."""
+    """``question,document,page,answer`` rows (spans are exported as their pages-less
+    document; a question with no judgment is one row with no document)."""
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(["question", "document", "page"])
+    answers = any(q.answer or not q.judgments for q in qset.questions)
+    w.writerow(["question", "document", "page", *(["answer"] if answers else [])])
     for q in qset.questions:
+        tail = [q.answer] if answers else []
+        if not q.judgments:
+            w.writerow([q.text, "", "", *tail])
         for j in q.judgments:
             pages = ""
             if j.page_start is not None:
                 end = j.page_end if j.page_end is not None else j.page_start
                 pages = str(j.page_start) if end == j.page_start else f"{j.page_start}-{end}"
-            w.writerow([q.text, j.document, pages])
+            w.writerow([q.text, j.document, pages, *tail])
     return out.getvalue()
 
 

@@ -692,8 +692,10 @@ class Store(JobTable, LibrarySettingsTable):
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Save a question with its complete answer (creating the conversation if new) in one
+        """Save a question with its complete (or stopped: ``status``) answer (creating the
+        conversation if new) in one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
         searched for it (kept on the answer); ``documents`` sets the conversation's document
         scope (None or empty: all), ``KEEP`` leaves it as it is."""
@@ -711,7 +713,8 @@ class Store(JobTable, LibrarySettingsTable):
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query, support=support
+                conversation_id, "assistant", answer, sources, query=query, support=support,
+                status=status,
             )
         return user, assistant
 
@@ -724,6 +727,7 @@ class Store(JobTable, LibrarySettingsTable):
         *,
         query: str | None = None,
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",
     ) -> dict[str, Any]:
         """Insert a message inside an open ``write()`` transaction and touch its conversation.
         ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
@@ -737,12 +741,13 @@ class Store(JobTable, LibrarySettingsTable):
             "created": stamp,
             "query": query,
             "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
+            "status": status,
         }
         conn = self.conn
         conn.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
-            "support) VALUES (:id, :conversation_id, :role, :content, :sources, :created, :query, "
-            ":support)",
+            "support, status) VALUES (:id, :conversation_id, :role, :content, :sources, "
+            ":created, :query, :support, :status)",
             msg,
         )
         conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
@@ -753,7 +758,7 @@ class Store(JobTable, LibrarySettingsTable):
         """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones. An
         answer's ``query`` is what was searched for it (None on questions and older answers)."""
         sql = (
-            "SELECT id, conversation_id, role, content, sources, created, query, support "
+            "SELECT id, conversation_id, role, content, sources, created, query, support, status "
             "FROM messages "
             "WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
         )

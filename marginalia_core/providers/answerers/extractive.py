@@ -25,6 +25,17 @@ best answer the question and streams them, each followed by its ``[n]``.
    pronoun ("He …") brings the sentence before it for context. When nothing scores
    ``MIN_RELEVANCE`` it says so, and quotes the closest sentence with its mark.
 
+**The "learned" strategy (the default, issue 22)** keeps steps 1 and 2 as signals and lets a
+logistic regression fitted on SQuAD train articles (``selector.py``, weights in
+``selector_weights.json``, rebuilt by benchmarks/train_answer_selector.py) weigh them into each
+embedded sentence's probability of holding the answer. The likeliest leads; another joins only
+when its probability is close enough (``add_ratio``, ``add_min``); when even the best is below
+the calibrated ``refuse_below`` the answer is "not in your documents", naming the closest
+passage. **Say the answer first**: when the question asks for a date, number or name and the lead
+sentence holds exactly one of that kind that the question does not, the answer opens with it in
+bold, copied verbatim ("**1851** — The mill was built in 1851 … [1].", ``answer_span``).
+``"answer"`` (hand-weighted, issue 11) and ``"v1"`` stay callable for the benchmarks.
+
 Deterministic: the same inputs give the same answer (ties break on source rank and position).
 The constants were tuned on SQuAD v1.1 dev articles (benchmarks/squad_answers.py).
 """
@@ -40,7 +51,12 @@ from typing import Any
 import numpy as np
 
 from marginalia_core.citations import MARK_RE
-from marginalia_core.providers.answerers.prompting import STOPWORDS, rewrite_follow_up
+from marginalia_core.providers.answerers import selector
+from marginalia_core.providers.answerers.prompting import (
+    NO_SOURCES_ANSWER,
+    STOPWORDS,
+    rewrite_follow_up,
+)
 
 MAX_SENTENCES = 3  # sentences in an answer
 MAX_ANSWER_CHARS = 900  # soft bound on the whole answer (the first sentence always goes in)
@@ -61,8 +77,8 @@ MAX_SENTENCE_CHARS = 500
 WORDS_PER_TOKEN = 3
 # The "answer" strategy (the default; "v1" is the selector before issue 11, kept callable so
 # benchmarks/squad_answers.py measures both in one run). Tuned on SQuAD dev train articles.
-STRATEGIES = ("answer", "v1")
-DEFAULT_STRATEGY = "answer"
+STRATEGIES = ("learned", "answer", "v1")
+DEFAULT_STRATEGY = "learned"  # issue 22: the "answer" signals weighed by a fitted model (selector)
 NEIGHBOUR_WEIGHT = 0.15  # share of a neighbouring sentence's term match a sentence inherits
 PARTIAL_MATCH = 0.75  # credit for a compound containing a question term ("sunlight" ~ "light")
 MIN_PARTIAL_CHARS = 4
@@ -121,9 +137,34 @@ ANSWER_TYPES = (  # (question pattern, what a sentence answering it contains)
 )
 NAME_QUESTION_RE = re.compile(r"^\s*(who|whom|whose|where|(what|which) (person|man|woman|"
                               r"city|country|place|town|region|company|team))\b", re.I)
+# "say the answer first": the spans a lead sentence may open with, in bold, by question kind
+_MONTH_NAMES = (
+    "January|February|March|April|May|June|July|August|September|October|November|December"
+)
+DATE_SPAN_RE = re.compile(
+    rf"\b(?:(?:{_MONTH_NAMES})\s+\d{{1,2}},?\s+\d{{3,4}}|\d{{1,2}}\s+(?:{_MONTH_NAMES})\s+\d{{3,4}}"
+    rf"|(?:{_MONTH_NAMES})\s+\d{{4}}|\d{{1,2}}(?:st|nd|rd|th)[ -]century|\d{{3,4}}s?(?:\s?(?:BC|AD|BCE|CE))?)\b"
+)
+NUMBER_SPAN_RE = re.compile(
+    r"(?<![\w.,])\$?\d[\d,.]*\d?(?:\s?%|\s(?:percent|per cent|million|billion|trillion|thousand|hundred))?"
+)
+NAME_SPAN_RE = re.compile(
+    r"[A-ZÀ-ÖØ-Þ][\w'’.-]*(?:\s+(?:(?:of|de|da|del|von|van|der|la|le|du)\s+)?[A-ZÀ-ÖØ-Þ][\w'’.-]*)*"
+)
+NOT_NAMES = frozenset((_MONTH_NAMES + "|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday")
+                      .lower().split("|"))
+OPENING_RE = re.compile(r"^\*\*[^*\n]{1,80}\*\* — ")
+YEAR_RE = re.compile(r"1\d{3}|20\d{2}")
+MAX_SPAN_WORDS = 6
 NOTHING_FOUND = (
     "The passages I found don't seem to answer this directly. The closest is [{n}]: “{text}”"
 )
+
+
+def is_refusal(answer: str) -> bool:
+    """The answer says the documents searched do not answer the question (this answerer's
+    "not in your documents", or the engine's "nothing matched")."""
+    return answer.startswith(NOTHING_FOUND.split(" The closest")[0]) or answer == NO_SOURCES_ANSWER
 
 
 # --------------------------------------------------------------------------- text helpers
@@ -292,6 +333,11 @@ class Candidate:
     context: float = 0.0  # the better term match of its neighbours
     cue: float = 0.0  # phrase and rare-word match with the question ("answer" strategy)
     vector: np.ndarray | None = None  # its embedding, when it was embedded
+    phrase: float = 0.0  # share of the question's word pairs it repeats
+    rare: float = 0.0  # IDF of its rarest question word, over the rarest asked
+    fits: bool = False  # has the kind of answer the question asks for (when one is asked)
+    novel: int = 0  # its content words that are not the question's
+    source_score: float = 0.0  # its passage's retrieval score
 
 
 def expected_answer(question: str) -> Any:
@@ -308,6 +354,51 @@ def expected_answer(question: str) -> Any:
 
         return has_new_name
     return None
+
+
+def answer_kind(question: str) -> str | None:
+    """What a question asks for when it is a short fact: "date", "number", "name" (who, where,
+    which person / place / team …), else None."""
+    (date_q, _), (number_q, _) = ANSWER_TYPES
+    if date_q.search(question):
+        return "date"
+    if number_q.search(question):
+        return "number"
+    if NAME_QUESTION_RE.search(question):
+        return "name"
+    return None
+
+
+def answer_span(question: str, sentence: str) -> str | None:
+    """The one date, number or name of the kind the question asks for that ``sentence`` holds
+    and the question does not, copied verbatim from it; None when there are none or several."""
+    kind = answer_kind(question)
+    if kind is None:
+        return None
+    asked = set(terms(question))
+    asked_text = _normalized(question)
+    spans: list[str] = []
+    if kind == "date":
+        spans = [m.group(0) for m in DATE_SPAN_RE.finditer(sentence)]
+    elif kind == "number":
+        spans = [m.group(0).rstrip(".,") for m in NUMBER_SPAN_RE.finditer(sentence)]
+        spans = [s for s in spans if not YEAR_RE.fullmatch(s)]  # "in 1851": a date, not a count
+    else:
+        for m in NAME_SPAN_RE.finditer(sentence):
+            words = m.group(0).rstrip(".’'").split()
+            while words and (words[0].lower() in STOPWORDS or words[0].lower() in NOT_NAMES):
+                words = words[1:]  # "The Broncos", "In Paris", "March 1851": not the name
+            if words and all(stem(w.lower().strip("'’")) in asked for w in words):
+                continue  # the question's own name
+            if words and not words[-1][:1].isupper():
+                continue
+            if words:
+                spans.append(" ".join(words))
+    spans = [s for s in dict.fromkeys(spans) if s and f" {_normalized(s)} " not in
+             f" {asked_text} " and len(s.split()) <= MAX_SPAN_WORDS]
+    if len(spans) != 1 or spans[0] not in sentence:
+        return None
+    return spans[0]
 
 
 def _quality(c: Candidate, query_terms: set[str], expect: Any = None) -> float:
@@ -343,7 +434,7 @@ class ExtractiveAnswerer:
 
     # -- step 1
     def candidates(self, sources: Sequence[dict[str, Any]]) -> list[Candidate]:
-        seen: set[str] = set()
+        seen: dict[str, Candidate] = {}
         out: list[Candidate] = []
         for rank, source in enumerate(sources):
             n = int(source["n"])
@@ -365,13 +456,15 @@ class ExtractiveAnswerer:
                     continue
                 key = _normalized(sentence)
                 if key in seen:  # overlapping chunks repeat sentences; keep the better-ranked
-                    previous = None
+                    # ("learned": the next sentence still knows what came before it)
+                    previous = seen[key] if self.strategy == "learned" else None
                     continue
-                seen.add(key)
                 cand = Candidate(
-                    sentence, n, rank, position, frozenset(terms(sentence)), previous=previous
+                    sentence, n, rank, position, frozenset(terms(sentence)), previous=previous,
+                    source_score=float(source.get("score") or 0.0),
                 )
-                if previous is not None:
+                seen[key] = cand
+                if previous is not None and previous.next is None:
                     previous.next = cand
                 out.append(cand)
                 previous = cand
@@ -387,7 +480,7 @@ class ExtractiveAnswerer:
     ) -> None:
         if not cands:
             return
-        if self.strategy != "v1":
+        if self.strategy != "v1":  # "learned" weighs the signals "answer" computes
             return self._score_answer(query, cands, question or query, topic)
         q_terms = set(terms(query))
         expect = expected_answer(query if question is None else question)
@@ -441,6 +534,8 @@ class ExtractiveAnswerer:
         q_terms = set(weight)
         for c in cands:
             c.quality = _quality(c, q_terms, expect)
+            c.fits = expect is not None and bool(expect(c, q_terms))
+            c.novel = len(c.terms - q_terms)
             c.lexical = sum(
                 idf[t] * _match(t, c.terms) for t in weight
             ) / total
@@ -452,9 +547,10 @@ class ExtractiveAnswerer:
             near = [x.lexical for x in (c.previous, c.next) if x is not None]
             c.context = max(near, default=0.0)
             if cued:
-                phrase = len(pairs & _bigrams(terms(c.text))) / len(pairs) if pairs else 0.0
+                c.phrase = len(pairs & _bigrams(terms(c.text))) / len(pairs) if pairs else 0.0
                 rare = max((idf[t] for t in q_terms & c.terms if weight[t] == 1.0), default=0.0)
-                c.cue = PHRASE_WEIGHT * phrase + RARE_WEIGHT * rare / rarest
+                c.rare = rare / rarest
+                c.cue = PHRASE_WEIGHT * c.phrase + RARE_WEIGHT * c.rare
             c.score = (c.quality * (c.lexical + NEIGHBOUR_WEIGHT * c.context) + c.cue
                        - RANK_PRIOR * c.rank)
         if self.embedder is None:
@@ -512,15 +608,45 @@ class ExtractiveAnswerer:
             return NOTHING_FOUND.format(n=sources[0]["n"], text=_clip(clean_sentence(first), 240))
         rewrite = rewrite_follow_up(question, history)
         self.score(rewrite.query, cands, question, rewrite.topic)
-        ranked = sorted(cands, key=lambda c: (-c.score, c.rank, c.position))
         said = _already_said(history)
-        best = ranked[0]
-        if best.score < MIN_RELEVANCE:
-            return NOTHING_FOUND.format(n=best.n, text=_clip(best.text, 240))
-        chosen = self.choose(ranked, said)
+        opening = ""
+        pool = [c for c in cands if c.vector is not None]
+        score_of: Any = lambda c: c.score  # noqa: E731 - how a continuation compares to the lead
+        if self.strategy == "learned" and pool:
+            model = selector.load_model()
+            x = self.pool_features(question, pool)
+            likely = {id(c): float(p) for c, p in zip(pool, model.probabilities(x), strict=True)}
+            base = {id(c): c.score for c in cands}  # the "answer" strategy's scores
+            for c in cands:
+                c.score = -math.inf  # only the embedded pool can lead or join
+            for c, r in zip(pool, model.ranks(x), strict=True):
+                c.score = float(r)
+            ranked = sorted(pool, key=lambda c: (-c.score, c.rank, c.position))
+            best = ranked[0]
+            unlikely = answer_kind(question) is not None and max(likely.values()) < model.refuse_below
+            if unlikely or max(base.values()) < MIN_RELEVANCE:
+                return NOTHING_FOUND.format(n=best.n, text=_clip(best.text, 240))
+            chosen = self.choose_learned(ranked, said, model, likely)
+            score_of = lambda c: base.get(id(c), 0.0)  # noqa: E731 - as the "answer" strategy
+            span = answer_span(question, chosen[0].text)
+            opening = f"**{span}** — " if span else ""
+        else:
+            ranked = sorted(cands, key=lambda c: (-c.score, c.rank, c.position))
+            best = ranked[0]
+            if best.score < MIN_RELEVANCE:
+                return NOTHING_FOUND.format(n=best.n, text=_clip(best.text, 240))
+            chosen = self.choose(ranked, said)
         lead, rest = chosen[:1], chosen[1:]
         best = lead[0]
-        if (
+        if self.strategy == "learned" and _pronoun_led(best) and best.previous is not None:
+            # "His son published the note": back to the sentence that names who (two at most)
+            context = [best.previous]
+            while _pronoun_led(context[0]) and context[0].previous is not None and len(context) < 2:
+                context.insert(0, context[0].previous)
+            context = [c for c in context if _normalized(c.text) not in said]
+            lead = context + lead
+            rest = [c for c in rest if c not in context][: max(0, MAX_SENTENCES - len(lead))]
+        elif (
             best.previous is not None
             and best.text.split()[0].lower().strip(",") in PRONOUN_STARTS
             and _normalized(best.previous.text) not in said
@@ -528,7 +654,7 @@ class ExtractiveAnswerer:
             # "He finished in three years" needs the sentence before it
             lead.insert(0, best.previous)
             rest = [c for c in rest if c is not best.previous][: MAX_SENTENCES - 2]
-        elif self.strategy != "v1" and best.next is not None and _continues(best, said):
+        elif self.strategy != "v1" and best.next is not None and _continues(best, said, score_of):
             # "Fermat wrote a note in the margin." + "He claimed that …": what the note said
             lead.append(best.next)
             rest = [c for c in rest if c is not best.next][: MAX_SENTENCES - 2]
@@ -538,7 +664,56 @@ class ExtractiveAnswerer:
             order.setdefault(c.n, i)
         rest.sort(key=lambda c: (order[c.n], c.position))
         chosen = lead + rest
-        return " ".join(_with_citation(c.text, c.n) for c in chosen)
+        return opening + " ".join(_with_citation(c.text, c.n) for c in chosen)
+
+    def featurize(
+        self,
+        question: str,
+        sources: Sequence[dict[str, Any]],
+        history: Sequence[dict[str, Any]] = (),
+    ) -> tuple[list[Candidate], np.ndarray]:
+        """The embedded candidates and their selector features, as ``compose`` computes them
+        (benchmarks/train_answer_selector.py fits the model on these)."""
+        cands = self.candidates(sources)
+        if not cands:
+            return [], np.zeros((0, len(selector.FEATURES)))
+        rewrite = rewrite_follow_up(question, history)
+        self.score(rewrite.query, cands, question, rewrite.topic)
+        pool = [c for c in cands if c.vector is not None]
+        return pool, self.pool_features(question, pool)
+
+    def pool_features(self, question: str, pool: Sequence[Candidate]) -> np.ndarray:
+        """The learned selector's feature rows for the embedded candidates (after ``score``)."""
+        return selector.features(
+            pool, len(set(terms(question))), expected_answer(question) is not None
+        )
+
+    def choose_learned(
+        self,
+        ranked: list[Candidate],
+        said: set[str],
+        model: selector.SelectorModel,
+        likely: dict[int, float],
+    ) -> list[Candidate]:
+        """The best-ranked sentence leads; others (in rank order) join only when likely enough
+        to hold the answer next to the likeliest (``likely``: id -> probability)."""
+        fresh = [c for c in ranked if _normalized(c.text) not in said] or ranked
+        best = fresh[0]
+        chosen = [best]
+        length = len(best.text)
+        floor = max(model.add_min, model.add_ratio * max(likely.get(id(c), 0.0) for c in fresh))
+        for c in fresh[1:]:
+            if len(chosen) >= MAX_SENTENCES:
+                break
+            if likely.get(id(c), 0.0) < floor:
+                continue
+            if length + len(c.text) > MAX_ANSWER_CHARS or any(
+                _redundant(c, other) for other in chosen
+            ):
+                continue
+            chosen.append(c)
+            length += len(c.text)
+        return chosen
 
     def stream(
         self,
@@ -587,14 +762,19 @@ def _follow_up_meaning(
     return f"{question} {' '.join(kept)}" if kept else question
 
 
-def _continues(best: Candidate, said: set[str]) -> bool:
+def _pronoun_led(c: Candidate) -> bool:
+    return c.text.split()[0].lower().strip(",") in PRONOUN_STARTS
+
+
+def _continues(best: Candidate, said: set[str], score_of: Any = None) -> bool:
     """The sentence after the lead carries it on ("He claimed …", "This …") and is worth
     a share of its score: it joins the lead rather than competing with it."""
     nxt = best.next
     if nxt is None or _normalized(nxt.text) in said:
         return False
     first = nxt.text.split()[0].lower().strip(",")
-    return first in PRONOUN_STARTS and nxt.score >= CONTINUATION_RATIO * best.score
+    score = score_of or (lambda c: c.score)
+    return first in PRONOUN_STARTS and score(nxt) >= CONTINUATION_RATIO * score(best)
 
 
 def _cut_at_end(content: str, last: str) -> bool:
@@ -619,7 +799,8 @@ def _already_said(history: Sequence[dict[str, Any]]) -> set[str]:
     said: set[str] = set()
     for turn in history:
         if turn.get("role") in ("assistant", "model"):
-            for s in split_sentences(turn.get("content") or ""):
+            content = OPENING_RE.sub("", turn.get("content") or "")  # "**1851** — " said first
+            for s in split_sentences(content):
                 said.add(_normalized(s))
     return said
 
