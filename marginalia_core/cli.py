@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from marginalia_core import __version__, events
-from marginalia_core.config import RETRIEVAL_MODES, load_settings, mask_url
+from marginalia_core.config import ON_DUPLICATE_CHOICES, RETRIEVAL_MODES, load_settings, mask_url
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.web import is_web_address
 from marginalia_core.lab import RetrievalLab
@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="read the password from the first line of PATH ('-': standard input)")
     p.add_argument("--target", type=int, help="chunk size in characters (default 1400)")
     p.add_argument("--overlap", type=int, help="chunk overlap in characters (default 200)")
+    p.add_argument("--on-duplicate", choices=ON_DUPLICATE_CHOICES,
+                   help="a file whose text matches a document already indexed: refuse it "
+                   "(default; the error names that document) or replace that document with it "
+                   "(MARGINALIA_ON_DUPLICATE)")
     _common(p)
 
     p = sub.add_parser("search", help="ranked passages for QUERY ('-' reads one query per line)")
@@ -198,6 +202,7 @@ def _workspace(args: argparse.Namespace) -> Workspace:
         mode=args.mode,
         chunk_target=getattr(args, "target", None),
         chunk_overlap=getattr(args, "overlap", None),
+        on_duplicate=getattr(args, "on_duplicate", None),
     )
     return Workspace(settings)
 

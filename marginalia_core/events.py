@@ -79,6 +79,8 @@ class ErrorEvent(TypedDict, total=False):
     conversation_id: str
     file: str
     document_id: str
+    existing_id: str  # near_duplicate: the document already indexed with this text
+    existing_name: str
 
 
 class StageEvent(TypedDict, total=False):
@@ -93,6 +95,7 @@ class StageEvent(TypedDict, total=False):
     characters: int
     chunks: int
     pages: int
+    cached: int  # embedding: distinct passages reused from the embedding cache, not in total
 
 
 ChatEvent = MetaEvent | TokenEvent | DoneEvent | ErrorEvent

@@ -351,10 +351,13 @@ class Workspace:
         """Cancel a job (a running one stops at its next page or batch, saving nothing)."""
         return self.job_queue.cancel(job_id)
 
-    def resume(self, job_id: str | None = None, *, password: str | None = None) -> list[Job]:
-        """Queue again an interrupted job (all of them without ``job_id``), or an encrypted PDF
-        that was refused, with its ``password``."""
-        jobs = self.job_queue.resume(job_id, password=password)
+    def resume(
+        self, job_id: str | None = None, *, password: str | None = None, replace: bool = False
+    ) -> list[Job]:
+        """Queue again an interrupted job (all of them without ``job_id``), an encrypted PDF
+        that was refused, with its ``password``, or with ``replace`` a near-duplicate that is
+        to replace the document it matches."""
+        jobs = self.job_queue.resume(job_id, password=password, replace=replace)
         if self._worker is not None:
             self._worker.wake()
         return jobs

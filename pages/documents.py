@@ -8,10 +8,10 @@ import streamlit as st
 
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import (
+    awaits_person,
     index_samples,
     job_queue,
     locked_jobs,
-    needs_password,
     own_jobs,
     render_results,
     watch,
@@ -50,7 +50,7 @@ def _clear_results() -> None:
 
 def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
     """Outcomes of this session's last upload batch (its ended jobs, in upload order), and the
-    job of each one refused for want of the right password (its card asks for it)."""
+    job of each refusal a person can act on (a password, a near-duplicate's choice)."""
     ids = state.get("upload_batch")
     if not ids:
         return None
@@ -62,7 +62,7 @@ def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
             continue
         if not job.active:
             outcome = job.outcome()
-            if needs_password(outcome):
+            if awaits_person(outcome) and (job.needs_password or job.offers_replace):
                 locked[len(ended)] = job.id
             ended.append(outcome)
     return ended, locked
@@ -187,6 +187,7 @@ table = pd.DataFrame(
                 d.get("locations"), d["page_count"])),
             "Text": fmt.ocr_label(d) or ("text layer" if formats.by_mime(d["mime"]).renders
                                          == "pdf" else "text"),
+            "Read": fmt.health_summary(d),
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
             "Searchable": ws.is_searchable(d),
@@ -212,11 +213,26 @@ st.dataframe(
         "Text": st.column_config.TextColumn(
             help="Read from the PDF's text layer, or recognised from scanned pages by OCR"
         ),
+        "Read": st.column_config.TextColumn(
+            help="What could not be read well: pages with no text, garbled pages (broken "
+            "characters), pages read by OCR, and tables found (their cells are read as text)"
+        ),
         "Searchable": st.column_config.CheckboxColumn(
             help="Indexed by the active embedder, so it takes part in search"
         ),
     },
 )
+
+# ---- parse health: what was not read, page by page, before anyone asks about it
+troubled = [d for d in documents if fmt.has_health_problems(d)]
+if troubled:
+    with st.expander(
+        f"What was not read well ({len(troubled)} document{'s' * (len(troubled) != 1)})",
+        icon=":material/report:",
+    ):
+        for d in troubled:
+            lines = "\n".join(f"- {fmt.escape_inline(line)}" for line in fmt.health_details(d))
+            st.markdown(f"**{fmt.escape_inline(d['name'], 80)}**\n\n{lines}")
 
 # ---- web pages: fetched again on request
 web_pages = [d for d in documents if d.get("source_url")]
