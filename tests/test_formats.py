@@ -198,6 +198,10 @@ def test_xlsx_rows_stand_alone_with_their_header_names(workspace):
     assert chunks[-1]["location"].endswith("sheet Suppliers, row 2")
     hits = workspace.search("Vranja Nursery Dorking")
     assert hits[0].location.endswith("sheet Suppliers, row 2")
+    from marginalia_app import presentation as fmt  # the Inspector's chunking table
+
+    assert fmt.document_place(end["document"], 1, 16) == "sheet Budget, rows 2\u201317"
+    assert fmt.document_place({"mime": "application/pdf", "page_count": 9}, 3, 5) == "3\u20135"
 
 
 def test_csv_sniffs_its_delimiter_and_names_the_sheet_after_the_file():
@@ -219,11 +223,18 @@ def test_a_sheet_without_a_header_row_names_columns_by_letter():
 def _odt() -> bytes:
     from odf.opendocument import OpenDocumentText
     from odf.table import Table, TableCell, TableColumn, TableRow
-    from odf.text import H, P
+    from odf.text import H, Note, NoteBody, NoteCitation, P
 
     doc = OpenDocumentText()
     doc.text.addElement(H(outlinelevel=1, text="Harvest diary"))
-    doc.text.addElement(P(text="The first frost came early this year."))
+    frost = P(text="The first frost came early this year.")
+    note = Note(noteclass="footnote", id="ftn1")
+    note.addElement(NoteCitation(text="1"))
+    body = NoteBody()
+    body.addElement(P(text="Measured at the north wall thermometer."))
+    note.addElement(body)
+    frost.addElement(note)
+    doc.text.addElement(frost)
     doc.text.addElement(H(outlinelevel=2, text="Yields"))
     table = Table(name="Yields")
     table.addElement(TableColumn(numbercolumnsrepeated=2))
@@ -240,11 +251,13 @@ def _odt() -> bytes:
     return out.getvalue()
 
 
-def test_odt_keeps_headings_as_sections_and_tables_as_tables():
+def test_odt_keeps_headings_as_sections_tables_as_tables_and_notes_as_notes():
     got = extract("diary.odt", _odt())
     assert got.mime == formats.ODT_MIME
-    assert [u.name for u in got.units] == ["Harvest diary", "Yields"]
+    assert [u.name for u in got.units] == ["Harvest diary", "Yields", "Notes"]
     assert "| Tree | Kg |\n| --- | --- |\n| North wall | 18 |" in got.text
+    assert "early this year.[^1]" in got.text
+    assert "[^1]: Measured at the north wall thermometer." in got.text
 
 
 def _epub() -> bytes:

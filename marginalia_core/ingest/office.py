@@ -109,22 +109,54 @@ def read_pptx(name: str, data: bytes, options: ReadOptions) -> Extracted:
 # ---------------------------------------------------------------------------- OpenDocument
 
 
-def _odf_text(node: Any) -> str:
+_ODF_SPACES = {"s": " ", "tab": "\t", "line-break": "\n"}
+
+
+def _odf_inline(node: Any, notes: list[str]) -> str:
+    """A paragraph's text; a footnote or endnote becomes a ``[^n]`` mark and its text goes to
+    ``notes`` (shown under "Notes" at the end, as for Word)."""
     from odf import teletype  # noqa: PLC0415
 
-    return " ".join(teletype.extractText(node).split())
+    parts: list[str] = []
+    for child in node.childNodes:
+        if child.nodeType == child.TEXT_NODE:
+            parts.append(str(child.data))
+            continue
+        tag = getattr(child, "qname", (None, None))[1]
+        if tag == "note":
+            mark, body = "", ""
+            for part in child.childNodes:
+                kind = getattr(part, "qname", (None, None))[1]
+                if kind == "note-citation":
+                    mark = " ".join(teletype.extractText(part).split())
+                elif kind == "note-body":
+                    body = " ".join(teletype.extractText(part).split())
+            mark = mark or str(len(notes) + 1)
+            notes.append(f"[^{mark}]: {body}")
+            parts.append(f"[^{mark}]")
+        elif tag in _ODF_SPACES:
+            parts.append(_ODF_SPACES[tag])
+        else:
+            parts.append(_odf_inline(child, notes))
+    return "".join(parts)
 
 
-def _odf_blocks(node: Any, out: list[markup.Block], depth: int = 0) -> None:
+def _odf_text(node: Any, notes: list[str] | None = None) -> str:
+    return " ".join(_odf_inline(node, [] if notes is None else notes).split())
+
+
+def _odf_blocks(node: Any, out: list[markup.Block], depth: int = 0,
+                notes: list[str] | None = None) -> None:
+    notes = [] if notes is None else notes
     for child in node.childNodes:
         tag = getattr(child, "qname", (None, None))[1]
         if tag == "h":
             level = int(child.getAttribute("outlinelevel") or 1)
-            text = _odf_text(child)
+            text = _odf_text(child, notes)
             if text:
                 out.append(markup.Block("h", text, min(max(level, 1), 6)))
         elif tag == "p":
-            text = _odf_text(child)
+            text = _odf_text(child, notes)
             if text:
                 out.append(markup.Block("p", text))
         elif tag == "list":
@@ -147,7 +179,7 @@ def _odf_blocks(node: Any, out: list[markup.Block], depth: int = 0) -> None:
                 lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
                 out.append(markup.Block("md", "\n".join(lines)))
         elif tag in ("section", "div"):
-            _odf_blocks(child, out, depth)
+            _odf_blocks(child, out, depth, notes)
 
 
 def _odf_list(node: Any, lines: list[str], depth: int) -> None:
@@ -178,5 +210,8 @@ def read_odt(name: str, data: bytes, options: ReadOptions) -> Extracted:
     except Exception as err:
         raise damaged(name, "OpenDocument text", err) from None
     blocks: list[markup.Block] = []
-    _odf_blocks(document.text, blocks)
+    notes: list[str] = []
+    _odf_blocks(document.text, blocks, notes=notes)
+    if notes:
+        blocks += [markup.Block("h", NOTES_HEADING, 2), markup.Block("md", "\n".join(notes))]
     return join_units(name, options.mime, markup.sections(blocks))
