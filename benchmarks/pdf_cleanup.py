@@ -16,7 +16,15 @@ only (cleanup only), and that plus ``extraction.REJOIN_WORDS`` (after; the space
 listed per document with samples, to read), chunked and embedded by the offline embedder (vectors cached by text), and evaluated
 by the app's own evaluator (hybrid, top 6, no threshold).
 
+3. Issue 26's cases, text only (no embedding; ``--text-only`` runs just these and writes
+   results/pdf_cleanup_text.json): a made book with running heads that carry the page's margin
+   line numbers ("12 FREE CULTURE 1 2 3 4 6 7 ... 32S 33R") and words hyphenated across page
+   breaks ("nobil-" / "ity"), before and after; and on every eval PDF, the pages whose text is
+   taken from pdfium instead of pypdf by word_gaps' measured rule (mathematics: "i2N" -> "i∈N"),
+   with the mathematical symbols and the glued digit-letter tokens ("8s2I") before and after.
+
     python benchmarks/pdf_cleanup.py          # writes results/pdf_cleanup.json and .md
+    python benchmarks/pdf_cleanup.py --text-only
 """
 
 from __future__ import annotations
@@ -315,11 +323,104 @@ def markdown(res: dict[str, Any], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+HEAD_BOOK_PAGES = 40
+_GLUED = re.compile(r"\b(?=\w*[^\W\d_])(?=\w*\d)\w*[^\W\d_]\d\w*\b|\b\w*\d[^\W\d_]\w*\d\w*\b")
+
+
+def head_book() -> tuple[bytes, int]:
+    """Pages of SQuAD text with a running head carrying margin line numbers (other numbers on
+    each page) and, on every even page, a word hyphenated across the break; the breaks made."""
+    data = json.loads(SQUAD.read_text(encoding="utf-8"))
+    text = " ".join(p["context"] for a in data["data"][:3] for p in a["paragraphs"])
+    words = text.split()
+    pages, at, breaks = [], 0, 0
+    for n in range(1, HEAD_BOOK_PAGES + 1):
+        numbers = " ".join(str(k) for k in range(1, 34) if k % (n % 3 + 4)) + " 32S 33R"
+        head = f"{n} FREE CULTURE {numbers}" if n % 2 == 0 else f"INTRODUCTION {n} {numbers}"
+        body = _wrap(" ".join(words[at:at + 300]))
+        at += 300
+        if n % 2 == 0 and n < HEAD_BOOK_PAGES:
+            last = body[-1].split()
+            word = last[-1].strip(".,;:") if last else ""
+            if len(word) >= 6 and word.isalpha() and word.islower():
+                body[-1] = " ".join(last[:-1] + [word[:3] + "-"])
+                words.insert(at, word[3:])
+                breaks += 1
+        pages.append("\n".join([head, "", *body]))
+    return text_pdf(pages), breaks
+
+
+def text_cases() -> dict[str, Any]:
+    from marginalia_core.ingest.word_gaps import math_symbols, pdfium_reads_better
+
+    book, breaks = head_book()
+    out: dict[str, Any] = {"book": {"pages": HEAD_BOOK_PAGES, "page_break_hyphens": breaks}}
+    for label, (clean, rejoin) in VARIANTS.items():
+        got = _extract("heads.pdf", book, clean, rejoin=rejoin)
+        out["book"][label] = {
+            "running_head_lines_left": len(re.findall(r"FREE CULTURE|INTRODUCTION", got.text)),
+            "margin_mark_tokens_left": len(re.findall(r"\b3[23][SR]\b", got.text)),
+            "page_break_hyphens_left": len(re.findall(r"[a-z]-\n", got.text)),
+        }
+    import pypdfium2 as pdfium
+    from pypdf import PdfReader
+
+    from marginalia_core.ingest.extraction import normalize_pdf_text
+
+    passwords = _passwords()
+    pdfs: dict[str, Any] = {}
+    for path in sorted(PDFS.glob("*.pdf")):
+        data, password = path.read_bytes(), passwords.get(path.name)
+        try:
+            reader = PdfReader(path)
+            if reader.is_encrypted:
+                reader.decrypt(password or "")
+            doc = pdfium.PdfDocument(data, password=password)
+        except Exception:  # noqa: BLE001 - refused files are the other section's business
+            continue
+        picked, before, after = [], {"math": 0, "glued": 0}, {"math": 0, "glued": 0}
+        for i in range(len(doc)):
+            try:
+                a = normalize_pdf_text(reader.pages[i].extract_text() or "")
+            except Exception:  # noqa: BLE001
+                continue
+            textpage = doc[i].get_textpage()
+            b = normalize_pdf_text(textpage.get_text_range())
+            textpage.close()
+            from_pdfium = pdfium_reads_better(a, b)
+            chosen = b if from_pdfium else a
+            if from_pdfium:
+                picked.append(i + 1)
+            before["math"] += math_symbols(a)
+            before["glued"] += len(_GLUED.findall(a))
+            after["math"] += math_symbols(chosen)
+            after["glued"] += len(_GLUED.findall(chosen))
+        doc.close()
+        pdfs[path.name] = {"pages": len(reader.pages), "pages_from_pdfium": picked,
+                           "pypdf": before, "chosen": after}
+    out["eval_pdfs"] = pdfs
+    out["eval_pages_from_pdfium"] = sum(len(v["pages_from_pdfium"]) for v in pdfs.values())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--text-only", action="store_true",
+                    help="only issue 26's text cases (no embedding): results/pdf_cleanup_text.json")
     args = ap.parse_args(argv)
     command = "python benchmarks/pdf_cleanup.py " + " ".join(argv or sys.argv[1:])
+    if args.text_only:
+        res = text_cases()
+        res["recorded"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        res["command"] = command.strip()
+        if not args.no_save:
+            (RESULTS / "pdf_cleanup_text.json").write_text(
+                json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+        print(json.dumps({k: v for k, v in res.items() if k != "eval_pdfs"}, indent=1))
+        print({k: v["pages_from_pdfium"] for k, v in res["eval_pdfs"].items()
+               if v["pages_from_pdfium"]})
+        return 0
     res = run()
     res["recorded"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     res["command"] = command.strip()

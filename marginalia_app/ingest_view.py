@@ -5,6 +5,7 @@ and why)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import streamlit as st
 from marginalia_app import presentation as fmt
 from marginalia_app.samples import sample_files
 from marginalia_core import events
+from marginalia_core.errors import NotFoundError
 from marginalia_core.ingest import formats
 from marginalia_core.ingest.jobs import Job, Upload
 from marginalia_core.ingest.pipeline import IngestOutcome, follow
@@ -23,6 +25,13 @@ from marginalia_core.workspace import Workspace
 # the CLI submitted (an idle app makes no work every 1.5 s for each open tab).
 JOB_POLL_S = 1.5
 JOB_IDLE_POLL_S = 10.0
+# A job that ended while a tab was not looking (submitted by another tab or the CLI, and short
+# enough to start and end between two idle polls) is announced in that tab's indicator for
+# this long after the tab first sees it, so an idle tab notices every job, however short.
+ENDED_NOTICE_S = 30.0
+NOTICED_KEY = "jobs_noticed"  # session state: job id -> when this tab first saw it (monotonic)
+FIRST_LOOK = ""  # its key for the tab's first look
+OWN_UNTIL = "own"  # its key for when this tab last submitted jobs itself (epoch seconds)
 
 REFUSAL_TITLES = {
     "unsupported": "not a supported file type",
@@ -41,6 +50,7 @@ REFUSAL_TITLES = {
     "internal": "unexpected error",
     "cancelled": "cancelled",
     "interrupted": "interrupted",
+    "near_duplicate": "the same text is already indexed",
 }
 
 
@@ -51,6 +61,16 @@ UNLOCK_ATTEMPTS_KEY = "unlock_attempts"
 
 def needs_password(outcome: IngestOutcome) -> bool:
     return outcome.state == "refused" and outcome.reason in PASSWORD_REASONS
+
+
+def offers_replace(outcome: IngestOutcome) -> bool:
+    """Refused as a near-duplicate of an indexed document: the card offers to replace it."""
+    return outcome.state == "refused" and outcome.reason == "near_duplicate"
+
+
+def awaits_person(outcome: IngestOutcome) -> bool:
+    """A refusal a person can act on (its job kept the bytes): a password, or a choice."""
+    return needs_password(outcome) or offers_replace(outcome)
 
 
 def refusal_title(reason: str | None) -> str:
@@ -84,14 +104,25 @@ def ingest_one(ws: Workspace, name: str, data: bytes, mime: str | None = None) -
     return watch(name, ws.ingest(name, data, mime=mime), name)
 
 
+def own_jobs(jobs: Iterable[Job] = ()) -> None:
+    """Jobs this tab submitted (or runs inline) are not news to it: the indicator will not
+    announce them as having ended elsewhere."""
+    noticed = st.session_state.setdefault(NOTICED_KEY, {})
+    noticed[OWN_UNTIL] = time.time()
+    for job in jobs:
+        noticed[job.id] = time.monotonic() - ENDED_NOTICE_S
+
+
 def index_samples(ws: Workspace) -> list[IngestOutcome]:
     """Index the bundled sample documents now (they are small), as recorded jobs like any
     upload; already indexed ones are noted as duplicates."""
-    return [
+    outcomes = [
         watch(path.name, ws.job_queue.run_inline([Upload(path.name, path.read_bytes())]),
               path.name)
         for path in sample_files()
     ]
+    own_jobs()  # after: the jobs just run are older than this mark
+    return outcomes
 
 
 def _status_state(outcome: IngestOutcome) -> str:
@@ -125,8 +156,9 @@ def render_results(
 ) -> None:
     """Outcomes of the last batch, as finished status boxes (refusals open, with the reason).
 
-    ``locked`` maps an outcome's position to the job of a password-protected file: its card
-    then offers a password field, and the job runs again with the password given."""
+    ``locked`` maps an outcome's position to the job of a refusal a person can act on: a
+    password-protected file's card offers a password field, a near-duplicate's the choice to
+    replace the document it matches; the job then runs again."""
     locked = locked if locked is not None else {}
     for i, outcome in enumerate(outcomes):
         with st.status(outcome_label(outcome), state=_status_state(outcome),
@@ -135,6 +167,8 @@ def render_results(
                 st.markdown(fmt.escape_inline(outcome.message))
                 if ws is not None and i in locked and needs_password(outcome):
                     password_form(ws, outcome.name, locked[i])
+                elif ws is not None and i in locked and offers_replace(outcome):
+                    replace_choice(ws, locked[i], outcome.document_id)
             elif outcome.state == "duplicate":
                 st.markdown(fmt.escape_inline(outcome.message or f"{outcome.name} is already "
                             "indexed.") + " It was not indexed a second time.")
@@ -164,19 +198,45 @@ def password_form(ws: Workspace, name: str, job_id: str) -> None:
     st.rerun()
 
 
+def replace_choice(ws: Workspace, job_id: str, existing_id: str | None) -> None:
+    """A near-duplicate's choice: replace the indexed document it matches (same id, so
+    conversations limited to it keep it), or keep that one and forget this upload."""
+    try:
+        existing = ws.document(existing_id)["name"] if existing_id else None
+    except NotFoundError:
+        existing = None
+    if existing is None:  # deleted meanwhile: nothing to replace, index it as it is
+        label = "Index it anyway"
+    else:
+        label = f"Replace “{fmt.escape_inline(existing, 50)}”"
+    row = st.container(horizontal=True)
+    if row.button(label, key=f"replace-{job_id}", type="primary", icon=":material/swap_horiz:",
+                  help="Index this file in place of the document it matches"):
+        ws.resume(job_id, replace=True)
+        st.rerun()
+    row.button("Keep the one I have", key=f"keep-{job_id}", icon=":material/close:",
+               on_click=_cancel, args=(ws, job_id),
+               help="Forget this upload (its bytes are deleted)")
+
+
 def locked_jobs(ws: Workspace, *, besides: Iterable[str] = ()) -> None:
-    """PDFs still waiting for their password that this session's last upload does not show:
-    uploaded in another tab or before a reload, they keep their card until someone unlocks or
-    discards them, so a refusal never becomes a dead end."""
+    """Refusals a person can act on that this session's last upload does not show (PDFs
+    waiting for their password, near-duplicates waiting for a choice): uploaded in another
+    tab or before a reload, they keep their card until someone acts or discards them, so a
+    refusal never becomes a dead end."""
     skip = set(besides)
-    waiting = [j for j in ws.jobs() if j.needs_password and j.id not in skip]
+    waiting = [j for j in ws.jobs()
+               if (j.needs_password or j.offers_replace) and j.id not in skip]
     if not waiting:
         return
-    st.subheader("Waiting for a password", anchor=False)
+    st.subheader("Waiting for you", anchor=False)
     for job in waiting:
         label = f"{job_title(job)} — {refusal_title(job.reason)}"
         with st.status(label, state="error", expanded=True):
             st.markdown(fmt.escape_inline(job.message))
+            if job.offers_replace:
+                replace_choice(ws, job.id, job.document_id)
+                continue
             password_form(ws, job.name, job.id)
             st.button("Discard", key=f"discard-locked-{job.id}", type="tertiary",
                       icon=":material/close:", on_click=_cancel, args=(ws, job.id),
@@ -218,12 +278,39 @@ def _polled(view: Any) -> tuple[Any, Any]:
     return st.fragment(fast, run_every=JOB_POLL_S), st.fragment(idle, run_every=JOB_IDLE_POLL_S)
 
 
+def unseen_ended(jobs: list[Job], noticed: dict[str, float], now: float) -> tuple[list[Job], bool]:
+    """(jobs that ended without this tab having seen them run, still to be announced; whether
+    one of them is news now). A tab's first look only records what is there: old jobs are
+    not news."""
+    first_look = FIRST_LOOK not in noticed
+    noticed.setdefault(FIRST_LOOK, now)
+    out, news = [], False
+    own_until = noticed.get(OWN_UNTIL, 0.0)
+    for job in jobs:
+        if job.id not in noticed:
+            created = fmt.parse_created(job.created)
+            own = created is not None and created.timestamp() <= own_until
+            seen_running = first_look or own or job.active or job.resumable
+            noticed[job.id] = now - ENDED_NOTICE_S if seen_running else now
+            news = news or not seen_running
+        if not job.active and not job.resumable and now - noticed[job.id] < ENDED_NOTICE_S:
+            out.append(job)
+    return out, news
+
+
 def _show_indicator(ws: Workspace, jobs: list[Job], documents_page: Any) -> None:
     active = [j for j in jobs if j.active]
     interrupted = [j for j in jobs if j.resumable]
-    if not active and not interrupted:
+    noticed = st.session_state.setdefault(NOTICED_KEY, {})
+    ended, news = unseen_ended(jobs, noticed, time.monotonic())
+    if news:
+        st.rerun(scope="app")  # the library changed under this page: show it
+    if not active and not interrupted and not ended:
         return
     with st.container(border=True, key="job_indicator"):
+        for job in ended[:3]:
+            st.caption(f":material/check_circle: {job_title(job)} — "
+                       f"{outcome_label(job.outcome()).split(' — ', 1)[-1]}")
         if active:
             running = [j for j in active if j.status == "running"]
             waiting = len(active) - len(running)

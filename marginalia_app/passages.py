@@ -351,7 +351,8 @@ def passage_html(content: str, mime: str | None, sentences: Sequence[str] = ()) 
 
 def card_label(source: dict[str, Any], mime: str | None) -> str:
     """Plain text "[1] report.pdf · p. 3 · 82 %"; no page for text and markdown files."""
-    parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
+    name = " ".join(str(source.get("document_name", "")).split())
+    parts = [name if source.get("n") is None else f"[{source['n']}] {name}"]
     pages = fmt.page_label(source.get("page"), source.get("page_end"), mime,
                            str(source.get("location") or ""))
     if pages:
@@ -379,13 +380,19 @@ def card_html(
     cited: bool,
     is_open: bool,
     page_view: PageView | None = None,
+    deleted: bool = False,
+    page_button: str = "",
 ) -> str:
+    """One card. ``page_button``: the key of the hidden Streamlit button its "See on the page"
+    presses (the page then opens the page view in a dialog); empty for none."""
     body, highlighted = passage_html(
         source.get("content") or source.get("excerpt") or "", mime, sentences
     )
     name = str(source.get("document_name", ""))
     where = f"Passage {int(source['idx']) + 1}" if source.get("idx") is not None else "Passage"
     note = f"{where} of {name}"
+    if deleted:
+        note += " · document deleted: this is the passage as it was cited"
     if highlighted:
         note += " · the cited part is highlighted"
     elif not cited:
@@ -393,7 +400,13 @@ def card_html(
     classes = ["mg-card"] + ["mg-open"] * is_open + ["mg-cited" if cited else "mg-uncited"]
     kind = "md" if is_markdown(mime) else "pdf" if has_pages(mime) else "text"
     view = ""
-    if page_view is not None:
+    if page_button:
+        page = int(source.get("page") or 1)
+        view = (
+            f'<button type="button" class="mg-pageview" data-pv="{page_button}">'
+            f"See on the page (p. {page})</button>"
+        )
+    elif page_view is not None:
         if page_view.data_uri:
             view = (
                 f'<details class="mg-page"><summary>See on the page (p. {page_view.page})'
@@ -403,9 +416,11 @@ def card_html(
             )
         elif page_view.note:
             view = f'<div class="mg-note">{html.escape(page_view.note)}</div>'
+    number = "" if source.get("n") is None else f' data-n="{int(source["n"])}"'
+    gone = '<span class="mg-gone">document deleted</span>' if deleted else ""
     return (
-        f'<div class="{" ".join(classes)}" id="{anchor}" data-n="{int(source["n"])}">'
-        f'<a class="mg-head" href="#{anchor}">{html.escape(card_label(source, mime))}</a>'
+        f'<div class="{" ".join(classes)}" id="{anchor}"{number}>'
+        f'<a class="mg-head" href="#{anchor}">{html.escape(card_label(source, mime))}{gone}</a>'
         f'<div class="mg-body"><div class="mg-passage mg-{kind}">{body}</div>'
         f'<div class="mg-note">{html.escape(note)}</div>{view}</div></div>'
     )
@@ -452,6 +467,9 @@ def first_cited(answer: str, numbers: Sequence[int]) -> int | None:
 
 
 PAGE_VIEW_FALLBACK = "The page could not be shown; the passage above is its text."
+# a kept PDF up to this size rides along in the page view, so "open at this page" needs no
+# server route; a larger one is offered as a download only
+MAX_INLINE_PDF_BYTES = 25 * 1024 * 1024
 MAX_PAGES_SEARCHED = 3
 
 
@@ -486,6 +504,7 @@ def answer_group(
     default: bool,
     open_n: int | None = None,
     page_view: PageViewer | None = None,
+    page_buttons: bool = False,
 ) -> str:
     """The margin group of one saved answer: a card per source, the first cited (or the chosen
     ``open_n``) open, cited sentences highlighted, PDF page views when ``page_view`` is given."""
@@ -498,7 +517,9 @@ def answer_group(
         n = int(source["n"])
         mime = source_mime(source, mimes)
         sentences = cited.get(n, [])
-        view = page_view(source, sentences) if page_view and has_pages(mime) else None
+        deleted = str(source.get("document_id", "")) not in mimes
+        pdf = has_pages(mime) and not deleted
+        view = page_view(source, sentences) if page_view and pdf else None
         cards.append(card_html(
             source,
             anchor=anchor_id(scope, answer["id"], n),
@@ -507,15 +528,54 @@ def answer_group(
             cited=n in cited,
             is_open=n == chosen,
             page_view=view,
+            deleted=deleted,
+            page_button=page_view_key(answer["id"], n) if page_buttons and pdf else "",
         ))
     return group_html(cards, question=question, default=default, mid=answer["id"])
+
+
+def page_view_key(mid: str, n: int) -> str:
+    """The key of the (hidden) Streamlit button a card's "See on the page" presses."""
+    safe = re.sub(r"[^A-Za-z0-9]", "", mid[:16])
+    return f"pv-{safe}-{int(n)}"
+
+
+def original_link(data: bytes, page: int, label: str) -> str:
+    """A link that opens a kept PDF at ``page`` in a new tab: the bytes ride in a data
+    attribute, and the page's own script (``OPEN_PDF_JS``) turns them into a ``blob:`` URL with
+    ``#page=N`` (browsers refuse to open ``data:`` PDFs from a link)."""
+    encoded = base64.b64encode(data).decode("ascii")
+    return (
+        f'<a class="mg-openpdf" href="#" rel="noopener" data-page="{int(page)}" '
+        f'data-pdf="{encoded}">{html.escape(label)}</a>'
+    )
+
+
+# Our constant script (see shell.page_script) that arms ``original_link`` links.
+OPEN_PDF_JS = """
+let tries = 0;
+const arm = () => {
+  const links = doc.querySelectorAll('a.mg-openpdf[data-pdf]');
+  links.forEach((a) => {
+    const raw = w.atob(a.getAttribute('data-pdf'));
+    const bytes = new w.Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    const url = w.URL.createObjectURL(new w.Blob([bytes], {type: 'application/pdf'}));
+    a.href = url + '#page=' + a.getAttribute('data-page');
+    a.target = '_blank';
+    a.removeAttribute('data-pdf');
+  });
+  if (!links.length && ++tries < 30) setTimeout(arm, 100);
+};
+arm();
+"""
 
 
 def live_group(sources: Sequence[dict[str, Any]], question: str, mimes: dict[str, str]) -> str:
     """The margin while an answer streams: the retrieved passages, closed, nothing cited yet."""
     cards = [
-        card_html(s, anchor=anchor_id("live", "x", int(s["n"])), mime=source_mime(s, mimes),
-                  sentences=(), cited=True, is_open=False)
-        for s in sources
+        card_html(s, anchor=anchor_id("live", "x", i), mime=source_mime(s, mimes),
+                  sentences=(), cited=s.get("n") is not None, is_open=False)
+        for i, s in enumerate(sources, start=1)
     ]
     return group_html(cards, question=question, default=True, mid="live", live=True)

@@ -556,6 +556,15 @@ def page_label(
     return f"p. {page}"
 
 
+def document_place(doc: dict[str, Any], start: int, end: int) -> str:
+    """Where locations ``start``..``end`` of a stored document are, for tables: "3" / "3–5" for
+    a PDF's pages, the label otherwise ("slide 2", "sheet Budget, rows 12–40"), "" for text."""
+    kind = formats.by_mime(doc.get("mime")).location
+    units = formats.decode_units(doc.get("locations"), int(doc.get("page_count") or 1))
+    label = formats.location_label(kind, units, start, end)
+    return label.split(" ", 1)[-1] if kind == "page" else label
+
+
 def ocr_label(doc: dict[str, Any]) -> str:
     """How a document's text was read, for the library table: "" (its text layer), "OCR"
     (every page) or "OCR, 3 of 5 pages" (a mixed PDF)."""
@@ -564,6 +573,64 @@ def ocr_label(doc: dict[str, Any]) -> str:
         return ""
     pages = int(doc.get("page_count") or ocr)
     return "OCR" if ocr >= pages else f"OCR, {ocr} of {pages} pages"
+
+
+def page_ranges(pages: Sequence[int]) -> str:
+    """[1, 2, 3, 7, 9, 10] -> "1–3, 7, 9–10"."""
+    runs: list[list[int]] = []
+    for p in sorted({int(x) for x in pages}):
+        if runs and p == runs[-1][-1] + 1:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs)
+
+
+# (health key, how to say it) in the order a person should read them
+_HEALTH_PROBLEMS = (
+    ("unreadable", "unreadable"),
+    ("empty", "no text"),
+    ("garbled", "garbled"),
+    ("ocr", "read by OCR"),
+)
+
+
+def health_summary(doc: dict[str, Any]) -> str:
+    """One short cell for the library table: "all read", or what was not read well ("2 pages
+    no text · 1 garbled · 3 tables"); "not checked" for documents indexed before it was."""
+    health = doc.get("parse_health") or {}
+    if not health:
+        return "not checked"
+    parts = []
+    for key, words in _HEALTH_PROBLEMS:
+        n = len(health.get(key) or ())
+        if n:
+            unit = f"{n} page{'s' * (n != 1)} " if int(health.get("pages") or 1) > 1 else ""
+            parts.append(f"{unit}{words}")
+    tables = int(health.get("tables") or 0)
+    if tables:
+        parts.append(_plural(tables, "table"))
+    return " · ".join(parts) if parts else "all read"
+
+
+def health_details(doc: dict[str, Any]) -> list[str]:
+    """Plain lines naming the pages behind each problem, for the "What was not read" list."""
+    health = doc.get("parse_health") or {}
+    paged = int(health.get("pages") or 1) > 1
+    lines = []
+    for key, words in _HEALTH_PROBLEMS:
+        pages = health.get(key) or ()
+        if pages:
+            lines.append(f"{words}: pages {page_ranges(pages)}" if paged else words)
+    tables = int(health.get("tables") or 0)
+    if tables:
+        lines.append(f"{_plural(tables, 'table')} found (their cells are read as text)")
+    return lines
+
+
+def has_health_problems(doc: dict[str, Any]) -> bool:
+    health = doc.get("parse_health") or {}
+    return any(health.get(key) for key, _ in _HEALTH_PROBLEMS)
 
 
 def source_label(source: dict[str, Any], *, with_score: bool = True) -> str:
@@ -653,7 +720,11 @@ def stage_progress(event: dict[str, Any]) -> tuple[float, str]:
         total = int(event.get("total") or 0)
         done = int(event.get("done") or 0)
         share = done / total if total else 1.0
-        return 0.15 + 0.8 * share, f"Embedding passages {done}/{total}"
+        cached = int(event.get("cached") or 0)
+        if not total:
+            return 0.95, f"All {_plural(cached, 'passage')} embedded before: reused"
+        reused = f" ({cached:,} reused)" if cached else ""
+        return 0.15 + 0.8 * share, f"Embedding passages {done}/{total}{reused}"
     if stage == "storing":
         return 0.97, "Saving…"
     return 0.0, str(stage or "")

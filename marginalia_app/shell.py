@@ -21,6 +21,7 @@ import streamlit as st
 
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import job_indicator
+from marginalia_core.chat.desk import AnswerDesk
 from marginalia_core.config import Settings, load_settings
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.lab import RetrievalLab
@@ -40,9 +41,14 @@ CSS = """
 [data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: sticky; top: 3.75rem; }
 .st-key-margin { max-height: calc(100vh - 11rem); overflow-y: auto; padding-right: 0.25rem; }
 .st-key-hero h1 { margin-bottom: 0.25rem; }
-/* the sidebar closer's iframe: laid out (Streamlit renders only measured elements), unseen */
-.st-key-sidebar_closer { position: fixed; left: 0; bottom: 0; width: 2px; height: 2px;
-  overflow: hidden; opacity: 0; pointer-events: none; }
+/* our scripts' iframes: laid out (Streamlit renders only measured elements), unseen */
+.st-key-sidebar_closer, [class*="st-key-script_"] { position: fixed; left: 0; bottom: 0;
+  width: 2px; height: 2px; overflow: hidden; opacity: 0; pointer-events: none; }
+/* sidebar conversations: title left-aligned, its delete control on the same row */
+[class*="st-key-convrow-"] { flex-wrap: nowrap !important; gap: 0 !important; }
+[class*="st-key-convrow-"] > div:first-child { flex: 1 1 auto; min-width: 0; }
+[class*="st-key-conv-"] button { justify-content: flex-start; text-align: left; }
+[class*="st-key-conv-"] button p { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 /* inline citation marks: in-page links to margin cards, shown as badges */
 [data-testid="stMarkdownContainer"] a[href^="#src-"] {
   text-decoration: none; font-size: 0.78em; font-weight: 600; padding: 0.05rem 0.35rem;
@@ -86,13 +92,35 @@ CSS = """
 mark.mg-hl { background: rgba(255, 164, 33, 0.35); font-weight: 600; padding: 0 0.1rem;
   border-radius: 0.15rem; color: inherit; }
 .mg-page summary { cursor: pointer; font-size: 0.88rem; color: rgb(0, 84, 163); margin: 0.2rem 0; }
+.st-key-pv_triggers { display: none; }
+/* suggested questions: whole labels, wrapped onto lines as needed, at any width */
+.st-key-suggestions { flex-wrap: wrap; }
+.st-key-suggestions [data-testid="stElementContainer"] { max-width: 100%; }
+.st-key-suggestions button { height: auto; max-width: 100%; }
+.st-key-suggestions button p { white-space: normal; overflow: visible; text-overflow: clip;
+  text-align: left; }
+button.mg-pageview { font: inherit; font-size: 0.88rem; color: rgb(0, 84, 163); background: none;
+  border: 1px solid rgba(28, 131, 225, 0.35); border-radius: 0.4rem; padding: 0.15rem 0.5rem;
+  margin: 0.2rem 0; cursor: pointer; }
+button.mg-pageview:hover { background: rgba(28, 131, 225, 0.1); }
+.mg-zoom { overflow: auto; max-height: 60vh; border: 1px solid rgba(49, 51, 63, 0.2);
+  border-radius: 0.3rem; }
+.mg-zoom img { display: block; max-width: none; }
+.mg-zoom img.mg-z100 { width: 100%; } .mg-zoom img.mg-z150 { width: 150%; }
+.mg-zoom img.mg-z200 { width: 200%; } .mg-zoom img.mg-z300 { width: 300%; }
+a.mg-openpdf { font-size: 0.95rem; }
 .mg-page-img { width: 100%; border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.3rem; }
 /* the Inspector: a ticked candidate's whole passage opens under its checkbox */
 details.lab-whole { margin: -0.4rem 0 0.4rem 1.9rem; }
 details.lab-whole summary { cursor: pointer; font-size: 0.85rem; color: rgb(0, 84, 163); }
 details.lab-whole .mg-passage { padding: 0.3rem 0.6rem; border-left: 3px solid rgba(47, 125, 109, 0.5); }
+.mg-gone { margin-left: 0.5rem; font-size: 0.75rem; font-weight: 600; padding: 0 0.35rem;
+  border-radius: 0.4rem; background: rgba(255, 75, 75, 0.12); color: rgb(163, 28, 28); }
+/* "Show the source" under an answer: only where the margin is below the answer (a phone) */
+a.mg-jump { display: none; font-size: 0.85rem; }
 /* phone width: the margin stacks under the answer and is not sticky */
 @media (max-width: 640px) {
+  a.mg-jump { display: inline-block; }
   [data-testid="stLayoutWrapper"]:has(> .st-key-margin) { position: static; }
   .st-key-margin { max-height: none; overflow-y: visible; }
 }
@@ -164,6 +192,21 @@ def retrieval_lab(ws: Workspace) -> RetrievalLab:
     """The lab over the process's Workspace, kept with it, so its cache of candidates (moving
     an Inspector control embeds nothing again) outlives a rerun."""
     return _lab(_settings_key(ws.defaults), ws)
+
+
+@st.cache_resource(show_spinner=False)
+def answer_desk() -> AnswerDesk:
+    """The process's one AnswerDesk: answers run on its threads, outside any page run, so a
+    rerun (a second question, a click, a reload) never cuts one off."""
+    return AnswerDesk()
+
+
+def page_script(name: str, body: str) -> None:
+    """Run one of our own constant scripts (never document or model text) in the page, in a
+    hidden iframe of the same origin; ``body`` sees ``w`` (the app's window) and ``doc``."""
+    script = f"<script>(() => {{ const w = window.parent, doc = w.document; {body} }})();</script>"
+    with st.container(key=f"script_{name}"):
+        st.iframe(script, height=1)
 
 
 def workspace() -> Workspace:
@@ -372,6 +415,7 @@ def _open_conversation(cid: str | None) -> None:
     st.session_state.pop("last_error", None)
     st.session_state.pop("confirm_delete_conversation", None)
     st.session_state["switch_to_chat"] = True
+    st.session_state["scroll_to_last"] = True
 
 
 def _ask_delete_conversation(cid: str) -> None:
@@ -479,23 +523,26 @@ def _conversation_row(
 ) -> None:
     cid = conv["id"]
     title = fmt.escape_inline(conv["title"] or "Untitled", 34)
-    row = st.columns([6, 1], gap=None, vertical_alignment="center")
-    row[0].button(
+    busy = cid in answer_desk().busy()
+    row = st.container(horizontal=True, vertical_alignment="center", gap=None,
+                       key=f"convrow-{cid}")
+    row.button(
         f"**{title}**" if cid == current else title,
         key=f"conv-{cid}",
         type="tertiary",
-        icon=":material/chat_bubble:" if cid == current else ":material/chat_bubble_outline:",
+        icon=(":material/progress_activity:" if busy else ":material/chat_bubble:"
+              if cid == current else ":material/chat_bubble_outline:"),
         on_click=_open_conversation,
         args=(cid,),
-        help=f"Last message {fmt.format_created(conv['updated'])}",
+        help=("Answering…" if busy else f"Last message {fmt.format_created(conv['updated'])}"),
         width="stretch",
     )
-    row[1].button(
+    row.button(
         "",
         key=f"del-conv-{cid}",
         type="tertiary",
         icon=":material/delete:",
-        help="Delete this conversation",
+        help=f"Delete “{conv['title'] or 'Untitled'}”",
         on_click=_ask_delete_conversation,
         args=(cid,),
     )

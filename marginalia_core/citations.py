@@ -121,3 +121,56 @@ def renumber_sources(
     kept = [{**by_n[old], "n": new} for old, new in sorted(mapping.items(), key=lambda p: p[1])]
     valid, invalid = cited(new_text, {s["n"] for s in kept})
     return new_text, kept, valid, invalid
+
+
+class StreamRenumberer:
+    """``renumber`` while an answer streams: feed the raw pieces, get pieces whose marks
+    already carry the final numbering (a mark is held back until it closes). The joined
+    output equals ``renumber`` of the joined input, so streamed tokens and the saved answer
+    never disagree. ``cited`` lists the original numbers in the order first cited: final
+    number ``i + 1`` is original ``cited[i]``."""
+
+    def __init__(self, sources: int | Collection[int]):
+        self._known = (
+            (lambda n: 1 <= n <= sources) if isinstance(sources, int) else sources.__contains__
+        )
+        self._held = ""
+        self._reported = 0
+        self.mapping: dict[int, int] = {}
+
+    @property
+    def cited(self) -> list[int]:
+        return sorted(self.mapping, key=self.mapping.__getitem__)
+
+    def newly_cited(self) -> list[int] | None:
+        """``cited`` when a source was cited for the first time since the last call, else None."""
+        if len(self.mapping) == self._reported:
+            return None
+        self._reported = len(self.mapping)
+        return self.cited
+
+    def feed(self, piece: str) -> str:
+        text = self._held + piece
+        cut = pending_tail(text)
+        self._held = text[cut:]
+        return self._rewrite(text[:cut])
+
+    def finish(self) -> str:
+        text, self._held = self._held, ""
+        return self._rewrite(text)
+
+    def _rewrite(self, text: str) -> str:
+        out: list[str] = []
+        pos = 0
+        for mark in find_marks(text):
+            for n in mark.numbers:
+                if self._known(n) and n not in self.mapping:
+                    self.mapping[n] = len(self.mapping) + 1
+            numbers = [self.mapping.get(n, n) for n in mark.numbers]
+            if tuple(numbers) == mark.numbers:
+                continue
+            out.append(text[pos : mark.start])
+            out.append("[" + ", ".join(str(n) for n in numbers) + "]")
+            pos = mark.end
+        out.append(text[pos:])
+        return "".join(out)

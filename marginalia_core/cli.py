@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from marginalia_core import __version__, events
-from marginalia_core.config import RETRIEVAL_MODES, load_settings, mask_url
+from marginalia_core.config import ON_DUPLICATE_CHOICES, RETRIEVAL_MODES, load_settings, mask_url
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.web import is_web_address
 from marginalia_core.lab import RetrievalLab
@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="read the password from the first line of PATH ('-': standard input)")
     p.add_argument("--target", type=int, help="chunk size in characters (default 1400)")
     p.add_argument("--overlap", type=int, help="chunk overlap in characters (default 200)")
+    p.add_argument("--on-duplicate", choices=ON_DUPLICATE_CHOICES,
+                   help="a file whose text matches a document already indexed: refuse it "
+                   "(default; the error names that document) or replace that document with it "
+                   "(MARGINALIA_ON_DUPLICATE)")
     _common(p)
 
     p = sub.add_parser("search", help="ranked passages for QUERY ('-' reads one query per line)")
@@ -73,6 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument(
         "--all-documents", action="store_true",
         help="search every document again (clears the conversation's --document choice)",
+    )
+    output = p.add_mutually_exclusive_group()
+    output.add_argument(
+        "--text", dest="output", action="store_const", const="text",
+        help="plain text for a person: the answer as it is written, then its sources "
+        "(the default at a terminal)",
+    )
+    output.add_argument(
+        "--json", dest="output", action="store_const", const="json",
+        help="NDJSON events, meta/token.../done (the default when piped)",
     )
     _common(p)
 
@@ -188,6 +202,7 @@ def _workspace(args: argparse.Namespace) -> Workspace:
         mode=args.mode,
         chunk_target=getattr(args, "target", None),
         chunk_overlap=getattr(args, "overlap", None),
+        on_duplicate=getattr(args, "on_duplicate", None),
     )
     return Workspace(settings)
 
@@ -254,10 +269,69 @@ def cmd_search(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO
 
 def cmd_ask(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     documents = [] if args.all_documents else args.documents  # None: the conversation's own
-    return _stream(
-        ws.ask(args.question, conversation_id=args.conversation, documents=documents),
-        out, err, "error",
-    )
+    stream = ws.ask(args.question, conversation_id=args.conversation, documents=documents)
+    output = args.output or ("text" if out.isatty() else "json")
+    if output == "text":
+        return _stream_text(stream, out, err, ws)
+    return _stream(stream, out, err, "error")
+
+
+def source_line(source: Mapping[str, Any], mime: str | None = None) -> str:
+    """``[1] report.pdf, p. 3 (82 %)``: a source as a person reads it (pages only for PDFs,
+    guessed from the name once the document is gone)."""
+    name = " ".join(str(source.get("document_name", "")).split())
+    line = f"[{source.get('n')}] {name}"
+    from marginalia_core.ingest import formats
+
+    paged = formats.by_mime(mime).renders == "pdf" if mime else name.lower().endswith(".pdf")
+    if source.get("location"):
+        line += f", {' '.join(str(source['location']).split())}"
+    elif paged and source.get("page"):
+        first, last = int(source["page"]), int(source.get("page_end") or source["page"])
+        line += f", p. {first}" if last == first else f", pp. {first}-{last}"
+    if source.get("score") is not None:
+        line += f" ({round(float(source['score']) * 100)} %)"
+    return line
+
+
+def _stream_text(
+    stream: Iterable[events.ChatEvent], out: TextIO, err: TextIO, ws: Workspace
+) -> int:
+    """The answer as plain text while it is written (its marks already in the final
+    numbering), then the sources it cites with document and page."""
+    ended_line = True
+    for event in stream:
+        if event["type"] == "token":
+            out.write(event["text"])
+            out.flush()
+            ended_line = event["text"].endswith("\n")
+        elif event["type"] == "error":
+            if not ended_line:
+                out.write("\n")
+            err.write(f"error: {event['message']}\n")
+            return EXIT_REFUSED
+        elif event["type"] == "done":
+            out.write("\n" if ended_line else "\n\n")
+            if event.get("status") == "stopped":
+                out.write("(stopped: the answer ends here)\n\n")
+            sources = event.get("sources") or []
+            if sources:
+                mimes = {d["id"]: d.get("mime") for d in ws.documents()}
+                out.write("Sources\n")
+                for source in sources:
+                    out.write(f"  {source_line(source, mimes.get(source.get('document_id')))}\n")
+                    excerpt = " ".join(str(source.get("excerpt") or "").split())
+                    if excerpt:
+                        short = excerpt if len(excerpt) <= 100 else excerpt[:99].rstrip() + "…"
+                        out.write(f"      {short}\n")
+            invalid = event.get("invalid_citations") or []
+            if invalid:
+                marks = ", ".join(f"[{n}]" for n in invalid)
+                out.write(f"Not found in the sources: {marks}\n")
+            out.write(f"Conversation {event.get('conversation_id')} "
+                      "(continue it with --conversation ID)\n")
+            out.flush()
+    return EXIT_OK
 
 
 def cmd_documents(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -15,6 +15,7 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")  # MARGINALIA_DATABASE_URL s
 DEFAULT_CHAT_MODEL = "gemini-2.5-flash"  # the Gemini answerer's model when none is set
 DEFAULT_MAX_UPLOAD_MB = 50
 RETRIEVAL_MODES = ("hybrid", "dense", "lexical")
+ON_DUPLICATE_CHOICES = ("refuse", "replace")  # what a near-duplicate upload does
 # every retrieval default, written once: RetrievalConfig's fields below
 DEFAULT_RETRIEVAL_MODE = "hybrid"
 DEFAULT_TOP_K = 6  # passages a question gets
@@ -115,6 +116,7 @@ _ENV: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "MARGINALIA_LOCAL_SERVERS": ("local_servers", str),
     "MARGINALIA_OCR": ("ocr", _flag),
     "MARGINALIA_EMBED_BATCH": ("embed_batch", int),
+    "MARGINALIA_ON_DUPLICATE": ("on_duplicate", str),
     "MARGINALIA_EMBED_WHILE_READING": ("embed_while_reading", lambda v: v.strip().lower()
                                        not in ("0", "false", "no", "off")),
 }
@@ -148,6 +150,9 @@ class Settings:
     embed_batch: int | None = None
     # embed settled passages of a PDF while its later pages are still read (overlap)
     embed_while_reading: bool = True
+    # a file whose text matches a document already indexed (store.fingerprint): "refuse" it,
+    # naming that document, or "replace" that document with it
+    on_duplicate: str = "refuse"
 
     @property
     def keyed(self) -> bool:
@@ -211,6 +216,10 @@ def load_settings(
     settings = Settings(**values, retrieval=RetrievalConfig(**retrieval))
     if settings.database_url and not settings.database_url.startswith(POSTGRES_SCHEMES):
         raise ValueError("MARGINALIA_DATABASE_URL must start with postgresql://")
+    if settings.on_duplicate not in ON_DUPLICATE_CHOICES:
+        raise ValueError(
+            f"MARGINALIA_ON_DUPLICATE must be one of {', '.join(ON_DUPLICATE_CHOICES)}"
+        )
     if settings.retrieval.mode not in RETRIEVAL_MODES:
         raise ValueError(
             f"MARGINALIA_RETRIEVAL must be one of {', '.join(RETRIEVAL_MODES)}"

@@ -62,6 +62,18 @@ class TooLargeError(ExtractionError):
     reason = "too_large"
 
 
+class NearDuplicateError(ExtractionError):
+    """The file's text is (nearly) a document already indexed: refused unless the person
+    chose to replace that one. Names it, so the page can offer the replacement."""
+
+    reason = "near_duplicate"
+
+    def __init__(self, message: str, *, existing_id: str, existing_name: str):
+        super().__init__(message)
+        self.existing_id = existing_id
+        self.existing_name = existing_name
+
+
 class EmbeddingError(MarginaliaError):
     """The embedding service or model failed (after retries)."""
 

@@ -39,8 +39,13 @@ class MetaEvent(TypedDict):
 
 
 class TokenEvent(TypedDict):
+    """A piece of the answer, its marks already in the final (``done``) numbering. ``cited``
+    comes when the piece cites a source for the first time: meta's numbers in the order first
+    cited, so final mark ``i + 1`` is meta's source ``cited[i]``."""
+
     type: Literal["token"]
     text: str
+    cited: NotRequired[list[int]]
 
 
 class DoneEvent(TypedDict, total=False):
@@ -57,6 +62,7 @@ class DoneEvent(TypedDict, total=False):
     invalid_citations: list[int]
     answer: str
     sources: list[Source]
+    status: str  # chat: "complete", or "stopped" when the reader stopped the answer
     support: list[dict[str, Any]]
     file: str
     document: dict[str, Any]
@@ -73,6 +79,8 @@ class ErrorEvent(TypedDict, total=False):
     conversation_id: str
     file: str
     document_id: str
+    existing_id: str  # near_duplicate: the document already indexed with this text
+    existing_name: str
 
 
 class StageEvent(TypedDict, total=False):
@@ -87,6 +95,7 @@ class StageEvent(TypedDict, total=False):
     characters: int
     chunks: int
     pages: int
+    cached: int  # embedding: distinct passages reused from the embedding cache, not in total
 
 
 ChatEvent = MetaEvent | TokenEvent | DoneEvent | ErrorEvent
@@ -112,8 +121,11 @@ def meta(
     return event
 
 
-def token(text: str) -> TokenEvent:
-    return {"type": "token", "text": text}
+def token(text: str, cited: list[int] | None = None) -> TokenEvent:
+    event: TokenEvent = {"type": "token", "text": text}
+    if cited is not None:
+        event["cited"] = cited
+    return event
 
 
 def done(**fields: Any) -> DoneEvent:

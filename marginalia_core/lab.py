@@ -13,7 +13,6 @@ no earlier run has seen.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import shutil
 import tempfile
@@ -30,6 +29,7 @@ from marginalia_core import events
 from marginalia_core.chat import answer_metrics as am
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
+from marginalia_core.ingest.embed_cache import EmbeddingCache
 from marginalia_core.retrieval import evaluation as ev
 from marginalia_core.retrieval import lexical
 from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
@@ -157,13 +157,6 @@ def _shared(row: dict[str, Any], j: qs.Judgment) -> int:
     last = j.page_end if j.page_end is not None else j.page_start
     return min(int(row["page_end"]), int(last or 0)) - max(int(row["page_start"]),
                                                           int(j.page_start or 0))
-
-
-def text_key(embedder_key: str, text: str) -> str:
-    h = hashlib.blake2b(digest_size=20)
-    h.update(embedder_key.encode() + b"\0")
-    h.update(text.encode("utf-8", "surrogatepass"))
-    return h.hexdigest()
 
 
 class RetrievalLab:
@@ -770,45 +763,27 @@ class RetrievalLab:
 
     def _uncached(self, texts: list[str]) -> list[str]:
         """Of ``texts``, those neither in the embedding cache nor among the library's own."""
-        emb, store = self.ws.embedder, self.ws.store
-        keys = {t: text_key(emb.key, t) for t in texts}
-        cached = store.cached_vectors(list(keys.values()))
-        missing = {t for t, k in keys.items() if k not in cached}
-        if missing:
-            for content, _ in store.chunk_texts_and_vectors(emb.model, emb.dimension):
-                missing.discard(content)
+        cached = EmbeddingCache(self.ws.store, self.ws.embedder.key).lookup(texts)
+        missing = {t for t in texts if t not in cached}
         return sorted(missing)
 
     def _cached_vectors(
         self, texts: list[str], target: int, overlap: int, *, progress=None, cancel=None
     ) -> dict[str, np.ndarray]:
-        emb, store = self.ws.embedder, self.ws.store
-        keys = {t: text_key(emb.key, t) for t in texts}
-        cached = store.cached_vectors(list(keys.values()))
-        out: dict[str, np.ndarray] = {t: cached[k] for t, k in keys.items() if k in cached}
+        """Vectors of ``texts``: from the library's embedding cache (which ingestion fills),
+        the rest embedded now in batches and cached as each batch is done."""
+        cache = EmbeddingCache(self.ws.store, self.ws.embedder.key)
+        out = cache.lookup(texts)
         missing = [t for t in texts if t not in out]
-        if missing:  # the library's own chunks are vectors already computed
-            own = set(missing)
-            for content, vector in store.chunk_texts_and_vectors(emb.model, emb.dimension):
-                if content in own and content not in out:
-                    out[content] = vector
-            self._store_vectors({t: out[t] for t in missing if t in out}, keys)
-            missing = [t for t in missing if t not in out]
         self._last_embedded = len(missing)
         for start in range(0, len(missing), EMBED_BATCH):
             if cancel is not None and cancel.is_set():
                 raise ev.Cancelled()
             batch = missing[start : start + EMBED_BATCH]
-            vecs = emb.embed_documents(batch)
-            new = dict(zip(batch, vecs))
-            self._store_vectors(new, keys)
+            new = dict(zip(batch, self.ws.embedder.embed_documents(batch), strict=True))
+            cache.add(new)
             out.update(new)
             if progress:
                 progress({"type": "progress", "stage": "embed", "target": target,
                           "overlap": overlap, "done": start + len(batch), "total": len(missing)})
         return out
-
-    def _store_vectors(self, vectors: dict[str, Any], keys: dict[str, str]) -> None:
-        self.ws.store.cache_vectors(
-            {keys[t]: np.asarray(v, dtype=np.float32) for t, v in vectors.items()}
-        )

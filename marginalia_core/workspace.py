@@ -118,6 +118,13 @@ class Workspace:
                 out[name] = value
         return out
 
+    def tuned_settings(self) -> dict[str, tuple[Any, Any]]:
+        """The applied retrieval settings that differ from the defaults: field -> (applied,
+        default). Chat says so when any is in force."""
+        defaults = self.defaults
+        return {k: (v, getattr(defaults, k, None)) for k, v in self.applied_settings().items()
+                if v != getattr(defaults, k, None)}
+
     def apply_settings(self, values: dict[str, Any]) -> Iterator[events.IngestEvent]:
         """Save retrieval settings for this library, so Chat (and new uploads) use them;
         re-index, one transaction each, the documents whose chunking differs (their events).
@@ -344,10 +351,13 @@ class Workspace:
         """Cancel a job (a running one stops at its next page or batch, saving nothing)."""
         return self.job_queue.cancel(job_id)
 
-    def resume(self, job_id: str | None = None, *, password: str | None = None) -> list[Job]:
-        """Queue again an interrupted job (all of them without ``job_id``), or an encrypted PDF
-        that was refused, with its ``password``."""
-        jobs = self.job_queue.resume(job_id, password=password)
+    def resume(
+        self, job_id: str | None = None, *, password: str | None = None, replace: bool = False
+    ) -> list[Job]:
+        """Queue again an interrupted job (all of them without ``job_id``), an encrypted PDF
+        that was refused, with its ``password``, or with ``replace`` a near-duplicate that is
+        to replace the document it matches."""
+        jobs = self.job_queue.resume(job_id, password=password, replace=replace)
         if self._worker is not None:
             self._worker.wake()
         return jobs
@@ -438,6 +448,10 @@ class Workspace:
     def page_renderer(self) -> PageRenderer:
         return PageRenderer()
 
+    def original(self, document_id: str) -> bytes | None:
+        """The original file kept for a document (PDFs), or None."""
+        return self.store.document_file(document_id)
+
     def page_image(
         self, document_id: str, pages: Iterable[int], sentences: Iterable[str] = ()
     ) -> PageImage | None:
@@ -520,6 +534,7 @@ class Workspace:
         k: int | None = None,
         threshold: float | None = None,
         documents: Iterable[str] | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[events.ChatEvent]:
         """A cited answer as events: ``meta``, ``token``..., then ``done`` or ``error``,
         retrieved with the library's applied settings (also those applied elsewhere).
@@ -528,12 +543,22 @@ class Workspace:
         for its next questions (an empty list: all documents again); None uses the
         conversation's own choice (all, for a new conversation). ``meta`` carries the
         ``query`` actually searched and the ``documents`` searched; ``done`` the final
-        ``answer`` and ``sources``, renumbered in the order the answer first cites them."""
+        ``answer`` and ``sources``, renumbered in the order the answer first cites them (the
+        tokens carry that numbering already). Setting ``stop`` ends the answer early, saved
+        as far as it got with ``status="stopped"``."""
         self.settings  # noqa: B018 - picks up settings applied elsewhere
         return self.chat.ask(
             question, conversation_id, k=k, threshold=threshold,
-            documents=None if documents is None else list(documents),
+            documents=None if documents is None else list(documents), stop=stop,
         )
+
+    @staticmethod
+    def new_conversation_id() -> str:
+        """An id for a conversation not stored yet: ``ask`` starts it under this id with its
+        first answer, so a page can put it in its address before the answer is written."""
+        from marginalia_core.chat.engine import new_conversation_id
+
+        return new_conversation_id()
 
     def conversation_documents(self, conversation_id: str) -> list[str] | None:
         """The document ids a conversation is limited to, or None for all documents (a

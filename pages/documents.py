@@ -8,15 +8,17 @@ import streamlit as st
 
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import (
+    awaits_person,
     index_samples,
     job_queue,
     locked_jobs,
-    needs_password,
+    own_jobs,
     render_results,
     watch,
 )
+from marginalia_app.passages import MAX_INLINE_PDF_BYTES, OPEN_PDF_JS, original_link
 from marginalia_app.samples import samples_in_library
-from marginalia_app.shell import page
+from marginalia_app.shell import page, page_script
 from marginalia_core.errors import NotFoundError
 from marginalia_core.ingest import formats
 
@@ -48,7 +50,7 @@ def _clear_results() -> None:
 
 def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
     """Outcomes of this session's last upload batch (its ended jobs, in upload order), and the
-    job of each one refused for want of the right password (its card asks for it)."""
+    job of each refusal a person can act on (a password, a near-duplicate's choice)."""
     ids = state.get("upload_batch")
     if not ids:
         return None
@@ -60,7 +62,7 @@ def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
             continue
         if not job.active:
             outcome = job.outcome()
-            if needs_password(outcome):
+            if awaits_person(outcome) and (job.needs_password or job.offers_replace):
                 locked[len(ended)] = job.id
             ended.append(outcome)
     return ended, locked
@@ -105,6 +107,7 @@ files = st.file_uploader(
 if files:
     # a background job per file: leaving the page or closing the tab never stops them
     jobs = ws.submit((f.name, f.getvalue(), f.type) for f in files)
+    own_jobs(jobs)
     state["upload_batch"] = [j.id for j in jobs]
     state.pop("upload_results", None)
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
@@ -184,6 +187,7 @@ table = pd.DataFrame(
                 d.get("locations"), d["page_count"])),
             "Text": fmt.ocr_label(d) or ("text layer" if formats.by_mime(d["mime"]).renders
                                          == "pdf" else "text"),
+            "Read": fmt.health_summary(d),
             "Added": fmt.parse_created(d["created"]),
             "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
             "Searchable": ws.is_searchable(d),
@@ -209,11 +213,26 @@ st.dataframe(
         "Text": st.column_config.TextColumn(
             help="Read from the PDF's text layer, or recognised from scanned pages by OCR"
         ),
+        "Read": st.column_config.TextColumn(
+            help="What could not be read well: pages with no text, garbled pages (broken "
+            "characters), pages read by OCR, and tables found (their cells are read as text)"
+        ),
         "Searchable": st.column_config.CheckboxColumn(
             help="Indexed by the active embedder, so it takes part in search"
         ),
     },
 )
+
+# ---- parse health: what was not read, page by page, before anyone asks about it
+troubled = [d for d in documents if fmt.has_health_problems(d)]
+if troubled:
+    with st.expander(
+        f"What was not read well ({len(troubled)} document{'s' * (len(troubled) != 1)})",
+        icon=":material/report:",
+    ):
+        for d in troubled:
+            lines = "\n".join(f"- {fmt.escape_inline(line)}" for line in fmt.health_details(d))
+            st.markdown(f"**{fmt.escape_inline(d['name'], 80)}**\n\n{lines}")
 
 # ---- web pages: fetched again on request
 web_pages = [d for d in documents if d.get("source_url")]
@@ -228,8 +247,36 @@ if web_pages:
                                                  doc["name"])]
                 st.rerun()
 
-# ---- delete, with a confirmation
+# ---- open or download a document's kept original
 by_id = {d["id"]: d for d in documents}
+with st.expander("Open or download a document", icon=":material/file_open:"):
+    chosen = st.selectbox(
+        "Document",
+        options=list(by_id),
+        format_func=lambda i: f"{by_id[i]['name']} ({fmt.format_size(by_id[i]['size'])})",
+        index=None,
+        placeholder="Choose a document",
+        key="original_choice",
+    )
+    if chosen:
+        doc = by_id[chosen]
+        original = ws.original(chosen)
+        if original is None:
+            st.caption("No original file is kept for this document (a text or Markdown file is "
+                       "stored as its text, or the PDF was indexed before originals were kept).")
+        else:
+            row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
+            with row:
+                if len(original) <= MAX_INLINE_PDF_BYTES:
+                    st.html(original_link(original, 1, "Open the PDF ↗"))
+                st.download_button(
+                    "Download the original", data=original, file_name=doc["name"],
+                    mime=doc["mime"] or "application/octet-stream", on_click="ignore",
+                    icon=":material/download:", key="download_original",
+                )
+            page_script("open_pdf", OPEN_PDF_JS)
+
+# ---- delete, with a confirmation
 pending = [i for i in state.get("confirm_delete_documents") or [] if i in by_id]
 with st.expander("Delete documents", icon=":material/delete:", expanded=bool(pending)):
     st.multiselect(

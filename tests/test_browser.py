@@ -8,6 +8,7 @@ docs/screenshot-chat.png, docs/screenshot-documents.png and docs/screenshot-insp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -427,14 +428,13 @@ def test_a_pdf_citation_shows_its_page_with_the_passage_highlighted(page):
     expect(pdf_card.locator(".mg-head")).to_contain_text(re.compile(r"p\. \d"))
     pdf_card.locator(".mg-head").click()
     page.wait_for_timeout(300)
-    view = pdf_card.locator("details.mg-page")
-    view.locator("summary").click()
-    image = view.locator("img.mg-page-img")
+    pdf_card.locator("button.mg-pageview").click()  # the page, large, in a dialog
+    image = page.get_by_role("dialog").locator(".mg-zoom img")
     expect(image).to_be_visible()
     natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
     assert natural[0] >= 600 and natural[1] > natural[0], natural  # a portrait page
     assert image.get_attribute("src").startswith("data:image/jpeg;base64,")
-    image.scroll_into_view_if_needed()
+    idle(page)
     screenshot(page, "screenshot-page-view.png")
     assert not external(page.requests), external(page.requests)
 
@@ -504,9 +504,8 @@ def test_a_reopened_conversation_shows_marks_margin_and_page_view_the_same(page)
     if not pdf_card.locator(".mg-body").is_visible():
         pdf_card.locator(".mg-head").click()
         page.wait_for_timeout(300)
-    view = pdf_card.locator("details.mg-page")
-    view.locator("summary").click()
-    image = view.locator("img.mg-page-img")
+    pdf_card.locator("button.mg-pageview").click()
+    image = page.get_by_role("dialog").locator(".mg-zoom img")
     expect(image).to_be_visible()
     natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
     assert natural[0] >= 600 and natural[1] > natural[0], natural
@@ -668,12 +667,12 @@ def test_long_upload_keeps_running_across_pages_and_tabs_then_is_indexed(browser
     context.close()
 
 
-@pytest.mark.xfail(strict=False, reason="since 2026-12-04 ~06:30 the idle tab's indicator never "
-                   "appears within 90 s, on main and on 019c97f alike (it passed at 05:50 the same "
-                   "day); under investigation, see the stop-20 note on issue 13")
 def test_an_idle_tab_notices_a_job_another_tab_submits(browser, slow_server):
     """With no job the indicator polls slowly (ingest_view.JOB_IDLE_POLL_S), and still shows a
-    job submitted elsewhere without the idle tab doing anything."""
+    job submitted elsewhere without the idle tab doing anything: running, or, when it was
+    short enough to start and end between two idle polls (an idle machine embeds this book in
+    about 5 s, under the 10 s poll: why this test once failed only on quiet machines), as
+    just ended (ingest_view.ENDED_NOTICE_S). Then the notice goes away by itself."""
     from playwright.sync_api import expect
 
     url, _ = slow_server
@@ -688,12 +687,40 @@ def test_an_idle_tab_notices_a_job_another_tab_submits(browser, slow_server):
     uploader.goto(url)
     idle(uploader)
     upload(uploader, _long_pdf_payload("from-another-tab.pdf"))
-    expect(watcher.locator(".st-key-job_indicator")).to_contain_text(
-        "from-another-tab.pdf", timeout=90_000)
-    # it then follows at the fast rate until the job is gone (cancelled here, to be quick)
+    indicator = watcher.locator(".st-key-job_indicator")
+    expect(indicator).to_contain_text("from-another-tab.pdf", timeout=90_000)
+    # still running: cancel it here, to be quick; the watcher follows at the fast rate
     queue_item = uploader.locator('[class*="st-key-job-"]').filter(has_text="from-another-tab")
-    queue_item.get_by_role("button", name="Cancel").click()
-    expect(watcher.locator(".st-key-job_indicator")).to_have_count(0, timeout=120_000)
+    cancel = queue_item.get_by_role("button", name="Cancel")
+    if cancel.count():
+        with contextlib.suppress(Exception):  # it may end on its own just now
+            cancel.click(timeout=5_000)
+    expect(indicator).to_have_count(0, timeout=120_000)
+    context.close()
+
+
+def test_an_idle_tab_announces_a_job_that_ended_between_two_polls(browser, slow_server):
+    """The short-job case on purpose: a tiny file from another tab is indexed well within one
+    idle poll; the idle tab still says so, once, and the notice then goes away."""
+    from playwright.sync_api import expect
+
+    url, _ = slow_server
+    context = browser.new_context(viewport=VIEWPORT)
+    watcher = context.new_page()
+    watcher.set_default_timeout(30_000)
+    watcher.goto(url)
+    idle(watcher)
+    uploader = context.new_page()
+    uploader.set_default_timeout(30_000)
+    uploader.goto(url)
+    idle(uploader)
+    upload(uploader, {"name": "tiny-note.txt", "mimeType": "text/plain",
+                      "buffer": b"A tiny note about quinces, indexed in a moment."})
+    expect(uploader.get_by_text(re.compile(r"tiny-note\.txt — indexed"))).to_be_visible(
+        timeout=60_000)
+    indicator = watcher.locator(".st-key-job_indicator")
+    expect(indicator).to_contain_text(re.compile(r"tiny-note\.txt — indexed"), timeout=60_000)
+    expect(indicator).to_have_count(0, timeout=90_000)
     context.close()
 
 

@@ -142,9 +142,13 @@ def test_no_passage_above_threshold_says_so_without_calling_the_model(gemini_ws,
     assert fake_gemini.requests == []  # neither chat nor embeddings went to a model service
 
 
-def test_no_documents_at_all(gemini_ws, fake_gemini):
-    events = run(gemini_ws(), "Anything in there?")
-    assert text_of(events) == NO_DOCUMENTS_ANSWER
+def test_no_documents_at_all_says_so_and_saves_no_conversation(gemini_ws, fake_gemini):
+    ws = gemini_ws()
+    events = run(ws, "Anything in there?")
+    assert [e["type"] for e in events] == ["meta", "error"]
+    assert events[-1]["message"] == NO_DOCUMENTS_ANSWER
+    assert events[-1]["reason"] == "no_documents"
+    assert ws.conversations() == []  # no junk conversation for a question nothing could answer
     assert fake_gemini.requests == []
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,10 +70,13 @@ def test_ask_prints_meta_tokens_done_as_ndjson(indexed):
     source = meta["sources"][0]
     assert source["n"] == 1 and source["documentName"] == "mill.txt"
     assert {"excerpt", "score", "page"} <= set(source)
-    assert tokens and all(set(t) == {"type", "text"} and t["type"] == "token" for t in tokens)
+    assert tokens and all(set(t) <= {"type", "text", "cited"} and t["type"] == "token"
+                          for t in tokens)
+    assert [t["cited"] for t in tokens if "cited" in t] == [[1]]  # meta's source 1 is [1]
     answer = "".join(t["text"] for t in tokens)
     assert "1851" in answer and answer.endswith("[1].")
-    assert done["type"] == "done" and done["messageId"]
+    assert done["type"] == "done" and done["messageId"] and done["status"] == "complete"
+    assert answer == done["answer"]  # the tokens carry done's numbering
     assert done["conversationId"] == meta["conversationId"]
 
 
@@ -160,10 +164,12 @@ def test_ask_with_an_unknown_document_is_refused_and_saves_nothing(indexed):
 
 
 def test_ask_with_no_documents(cli_run):
-    code, lines, _ = cli_run("ask", "Anything?")
-    assert code == 0
-    assert [e["type"] for e in lines] == ["meta", "token", "done"]
-    assert lines[0]["sources"] == [] and lines[1]["text"] == NO_DOCUMENTS_ANSWER
+    code, lines, err = cli_run("ask", "Anything?")
+    assert code == cli.EXIT_REFUSED  # nothing to search: said, and no conversation kept
+    assert [e["type"] for e in lines] == ["meta", "error"]
+    assert lines[0]["sources"] == [] and lines[1]["message"] == NO_DOCUMENTS_ANSWER
+    assert lines[1]["reason"] == "no_documents" and NO_DOCUMENTS_ANSWER in err
+    assert cli_run("conversations")[1] == []
 
 
 def test_ask_errors_exit_non_zero_with_a_message(indexed):
@@ -231,3 +237,30 @@ def test_the_marginalia_console_script_is_the_cli():
     module, _, attr = project["project"]["scripts"]["marginalia"].partition(":")
     assert getattr(importlib.import_module(module), attr) is cli.main
     assert project["build-system"]["build-backend"] == "setuptools.build_meta"
+
+
+def test_ask_text_prints_a_readable_answer_then_its_sources(cli_run, db_path):
+    """`ask --text` for a person: the answer as plain text (no JSON), its marks numbered as
+    the sources listed after it, each with its document (and page for a PDF)."""
+    from marginalia_app.samples import sample_files
+
+    for path in sample_files():
+        assert cli_run("ingest", str(path))[0] == 0
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["ask", "--text", "What did Fermat write in the margin?", "--db",
+                     str(db_path), "--embedder", "local", "--answerer", "extractive"],
+                    out=out, err=err)
+    text = out.getvalue()
+    assert code == 0 and err.getvalue() == "", err.getvalue()
+    answer, _, rest = text.partition("\n\nSources\n")
+    assert "{" not in answer and "Fermat" in answer and "margin" in answer
+    sources = [line.strip() for line in rest.splitlines() if line.startswith("  [")]
+    marks = sorted({int(n) for n in re.findall(r"\[(\d+)\]", answer)})
+    assert marks == list(range(1, len(sources) + 1))  # [1], [2]... as listed below
+    assert all(re.match(r"\[\d+\] \S+\.(md|txt|pdf)", s) for s in sources), sources
+    assert "a-short-history-of-marginalia.md" in rest
+    assert re.search(r"Conversation [0-9a-f]{32}", rest)
+    # --json is today's NDJSON, the same answer
+    code, lines, _ = cli_run("ask", "--json", "What did Fermat write in the margin?")
+    assert code == 0 and lines[-1]["type"] == "done"
+    assert lines[-1]["answer"].strip() == answer.strip()

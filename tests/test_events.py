@@ -89,11 +89,13 @@ def _check_contract(ingest: list[dict], asked: list[dict]) -> None:
     assert set(meta["sources"][0]) == {"n", "chunkId", "documentId", "documentName", "idx",
                                        "page", "pageEnd", "score", "excerpt", "content", "ocr",
                                        "location"}
-    assert tokens and all(set(t) == {"type", "text"} for t in tokens)
+    assert tokens and all(set(t) in ({"type", "text"}, {"type", "text", "cited"})
+                          for t in tokens)
     assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations",
-                         "answer", "sources", "support"}
+                         "answer", "sources", "support", "status"}
     assert done["support"] and set(done["support"][0]) == {"sentence", "marks", "score",
                                                            "supported"}
+    assert "".join(t["text"] for t in tokens) == done["answer"]  # one numbering
     for event in ingest + asked:
         bad = {k for k in _keys(event, set()) if not CAMEL.match(k)}
         assert not bad, f"non-camelCase keys on the wire: {bad}"

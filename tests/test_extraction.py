@@ -521,3 +521,64 @@ def test_respace_adds_spaces_only_where_both_readings_agree():
     assert respace("Thecatsat-on", glyphs, breaks) == "The cat sat-on"
     assert respace("The cat\nsat", "Thecatsat", [False] * 3 + [True] + [False] * 2 + [True]
                    + [False] * 2) == "The cat\nsat"  # existing whitespace is left alone
+
+
+def _free_culture_pdf() -> bytes:
+    """Thirteen book pages as the 352-page book printed them: a running head that carries the
+    page's margin line numbers ("N FREE CULTURE 1 2 3 4 6 7 ... 32S 33R", other numbers on
+    every page) and, on even pages, a word hyphenated across the page break."""
+    from pdf_maker import text_pdf
+
+    body = ("Creative work has value; whenever I use, or take, or build upon the creative "
+            "work of others, I am taking from them something of value.")
+    pages = []
+    for n in range(1, 14):
+        numbers = " ".join(str(k) for k in range(1, 34) if k % (n % 3 + 4)) + " 32S 33R"
+        head = f"{n} FREE CULTURE {numbers}" if n % 2 == 0 else f"INTRODUCTION {n} {numbers}"
+        start = "ity of the few, " if n % 2 == 1 and n > 1 else ""
+        end = " the nobil-" if n % 2 == 0 else ""
+        lines = [head, "", start + body, body, body + end]
+        pages.append("\n".join(lines))
+    return text_pdf(pages)
+
+
+def test_running_heads_with_line_numbers_and_page_break_hyphens_are_cleaned():
+    result = extract("free-culture.pdf", _free_culture_pdf())
+    assert "FREE CULTURE" not in result.text and "INTRODUCTION" not in result.text
+    assert "32S" not in result.text
+    assert result.text.count("the nobility\n\nof the few,") == 6  # joined at the break
+    assert "nobil-" not in result.text and "\nity " not in result.text
+    bounds = [*result.page_starts, len(result.text)]
+    second, third = (result.text[bounds[i]:bounds[i + 1]] for i in (1, 2))
+    assert second.rstrip().endswith("the nobility")  # the word stays where it starts
+    assert third.startswith("of the few, Creative work")
+
+
+def test_page_break_hyphens_keep_capitals_and_compounds():
+    from marginalia_core.ingest.cleanup import join_page_break_hyphens
+
+    assert join_page_break_hyphens(["the nobil-", "ity, and"]) == ["the nobility,", "and"]
+    assert join_page_break_hyphens(["stop-the-", "world now"]) == ["stop-the-world", "now"]
+    assert join_page_break_hyphens(["see Rhine-", "Main area"]) == ["see Rhine-", "Main area"]
+    assert join_page_break_hyphens(["a dash -", "then"]) == ["a dash -", "then"]
+
+
+def test_mathematics_is_read_from_pdfium_where_pypdf_garbles_it(pdf_dir):
+    """GeoTopo's TeX symbol fonts: pypdf reads "i∈N" as "i2N" and "{A ∈ R}" as "fA2 Rg";
+    pdfium reads the symbols, so those pages take its text (the measured rule of word_gaps).
+    Arabic that pdfium misreads keeps pypdf's text."""
+    geo = extract("geo.pdf", (pdf_dir / "sf__GeoTopo-komprimiert.pdf").read_bytes(), ocr=False)
+    assert "i∈N" in geo.text and "i2N" not in geo.text
+    habibi = extract("habibi.pdf", (pdf_dir / "sf__habibi.pdf").read_bytes(), ocr=False)
+    assert "habibi" in habibi.text and "Β" not in habibi.text
+
+
+def test_the_rule_wants_more_symbols_and_no_lost_letters():
+    from marginalia_core.ingest.word_gaps import pdfium_reads_better
+
+    garbled = "Sei P := Q i2N Pi und fA2 Rn n j det(A) 6= 0 g"
+    read = "Sei P := Q i∈N Pi und { A ∈ R n×n | det(A) 6= 0 } ∀s∈I"
+    assert pdfium_reads_better(garbled, read)
+    assert not pdfium_reads_better(read, garbled)
+    assert not pdfium_reads_better(garbled * 3, read)  # pdfium lost most of the words
+    assert not pdfium_reads_better("x = 1", "x = 1 ∈")  # one symbol is not enough

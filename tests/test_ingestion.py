@@ -85,20 +85,25 @@ def test_embedding_failure_leaves_database_as_it_was(store, db_path, fake_gemini
 def test_every_eval_pdf_indexed_or_refused_with_reason(pdf_dir, workspace):
     with open(pdf_dir / "MANIFEST.tsv", newline="") as fh:
         manifest = list(csv.DictReader(fh, delimiter="\t"))
-    outcomes = {}
+    outcomes, matched = {}, {}
     for row in manifest:
         events = run(ingest_path(workspace.store, workspace.embedder, workspace.settings,
                                  pdf_dir / row["file"]))
         last = events[-1]
         outcomes[row["file"]] = last["reason"] if last["type"] == "error" else "indexed"
+        matched[row["file"]] = last.get("existing_name")
     assert outcomes["sf__libreoffice-writer-password.pdf"] == "encrypted"
     assert outcomes["pypdf__encrypted-file.pdf"] == "encrypted"
     assert outcomes["pypdf__r4-aes-user-password.pdf"] == "encrypted"
-    assert outcomes["pypdf__r2-owner-password.pdf"] == "indexed"  # owner password only
+    # owner password only, so it opens; its text is exactly that of pypdf's r6 sample, read
+    # just before it: a near-duplicate, named
+    assert outcomes["pypdf__r6-user-password.pdf"] == "indexed"
+    assert outcomes["pypdf__r2-owner-password.pdf"] == "near_duplicate"
+    assert matched["pypdf__r2-owner-password.pdf"] == "pypdf__r6-user-password.pdf"
     assert outcomes["sf__imagemagick-CCITTFaxDecode.pdf"] == "no_text"
     assert outcomes["sf__unreadablemetadata.pdf"] in {"corrupt", "no_text"}
     assert outcomes["sf__GeoTopo-komprimiert.pdf"] == "indexed"
-    assert sum(v == "indexed" for v in outcomes.values()) >= 18
+    assert sum(v in ("indexed", "near_duplicate") for v in outcomes.values()) >= 18
     report = workspace.store.integrity_report()
     assert report["integrity"] == "ok" and not report["mismatched_documents"]
     geo = next(d for d in workspace.store.list_documents() if d["name"].startswith("sf__GeoTopo"))
@@ -142,14 +147,20 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
     from pdf_maker import long_pdf
 
     from marginalia_core.ingest.chunking import chunk_text
+    from marginalia_core.ingest.embed_cache import EmbeddingCache
     from marginalia_core.ingest.formats import extract
-    from marginalia_core.ingest.pipeline import _EarlyEmbeddings
+    from marginalia_core.ingest.pipeline import _EarlyEmbeddings, _EmbeddingProgress
 
     data = long_pdf(12)
     s = workspace.settings
-    early = _EarlyEmbeddings(workspace.embedder, s.retrieval.chunk_target, s.retrieval.chunk_overlap)
+    emb = workspace.embedder
+    early = _EarlyEmbeddings(emb, EmbeddingCache(workspace.store, emb.key),
+                             s.retrieval.chunk_target, s.retrieval.chunk_overlap)
     extracted = extract("book.pdf", data, on_page=lambda _d, _t, text: early.add_page(text))
-    waiting = early.finish("book.pdf", total=10_000)
+    chunks = chunk_text(extracted.text, target=s.retrieval.chunk_target,
+                        overlap=s.retrieval.chunk_overlap, page_starts=extracted.page_starts)
+    texts = {c.text for c in chunks}
+    waiting = early.finish("book.pdf", texts, _EmbeddingProgress("book.pdf", len(texts), 0))
     progress = []
     while True:
         try:
@@ -158,8 +169,6 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
             vectors = end.value
             break
     assert all(e["stage"] == "embedding" for e in progress)
-    chunks = chunk_text(extracted.text, target=s.retrieval.chunk_target, overlap=s.retrieval.chunk_overlap,
-                        page_starts=extracted.page_starts)
     reused = [c for c in chunks if c.text in vectors]
     assert len(reused) >= len(chunks) // 3  # embedded while pages were still being read
     assert set(vectors) <= {c.text for c in chunks}  # nothing embedded that is not stored

@@ -421,3 +421,49 @@ def test_why_wasnt_it_found_and_rerun_with_the_fix(app_env):
                for m in at.success)
     at.button(key="inspector_why_use").click().run()
     assert at.slider(key="inspector_threshold").value == pytest.approx(report.fix.threshold)
+
+
+def test_compare_answers_of_a_and_b_as_the_cli_does(app_env, tmp_path):
+    import io
+    import json
+
+    from marginalia_core import cli
+    from marginalia_core.chat.answer_metrics import ANSWER_METRICS
+
+    ws = app_env
+    lab = RetrievalLab(ws)
+    path = tmp_path / "answers.csv"
+    path.write_text(ANSWERS_CSV, encoding="utf-8")
+    lab.import_set(path, name="with answers")
+    lab.save_config("a open", ev.EvalConfig(mode="hybrid", threshold=0.1, top_k=6))
+    lab.save_config("b strict", ev.EvalConfig(mode="dense", threshold=0.6, top_k=2))
+    at = start()
+    section(at, "Compare")
+    at.selectbox(key="inspector_cfg_a").set_value("a open").run()
+    at.selectbox(key="inspector_cfg_b").set_value("b strict").run()
+    at.button(key="inspector_compare_answers").click().run()
+    assert not at.exception
+    assert "**Answers: B against A**" in [m.value for m in at.markdown]
+    table = html_table(at, "measure")
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["eval", "with answers", "--answers", "--config", "a open", "--compare",
+                     "b strict", "--db", ws.settings.db_path, "--embedder", "local",
+                     "--answerer", "extractive"], out=out, err=err)
+    assert code == 0, err.getvalue()
+    runs = [json.loads(line) for line in out.getvalue().splitlines()
+            if json.loads(line)["type"] == "answer_metrics"]
+    assert [r["run"] for r in runs] == ["A (this)", "B (b strict)"]
+    for row, key in zip(table, ANSWER_METRICS, strict=True):
+        for side, run in (("A", runs[0]), ("B", runs[1])):
+            value = run["metrics"][key]
+            assert row[side] == ("–" if value is None else f"{value:.3f}"), (key, side)
+
+
+def test_weight_chart_marks_the_weight_now_and_the_suggested_one():
+    from marginalia_app.charts import weight_chart
+
+    points = [ev.WeightPoint(a, {"ndcg@10": 0.5 + a / 4, "hit@1": 0.5}) for a in (0.2, 0.6, 1.0)]
+    spec = weight_chart(ev.WeightSweep(0.2, points, 0.6), "ndcg@10").to_dict()
+    texts = sorted(spec["datasets"][layer["data"]["name"]][0]["text"]
+                   for layer in spec["layer"][1:])
+    assert texts == ["now 0.40", "suggested 0.80"]  # keyword weights: 1 - alpha

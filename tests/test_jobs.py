@@ -331,3 +331,58 @@ def test_job_views_poll_fast_only_while_a_job_is_queued_or_running(workspace):
     workspace.cancel(job.id)
     assert poll_interval(workspace.jobs()) == JOB_IDLE_POLL_S
     assert JOB_POLL_S < JOB_IDLE_POLL_S
+
+
+APP_LIKE_CHILD = """
+import sys, time
+from marginalia_core.config import Settings
+from marginalia_core.workspace import Workspace
+sys.path.insert(0, sys.argv[3])
+from pdf_maker import long_pdf
+ws = Workspace(Settings(db_path=sys.argv[1], embedder="local", answerer="extractive"))
+ws.start_worker()
+[job] = ws.submit([("book.pdf", long_pdf(int(sys.argv[2])))])
+while ws.job(job.id).stage != "embedding":
+    time.sleep(0.05)
+print(job.id, flush=True)
+while True:  # the main thread waits, as Streamlit's server loop does, until Ctrl-C
+    time.sleep(0.2)
+"""
+
+
+@pytest.mark.sqlite_only
+def test_ctrl_c_while_indexing_exits_cleanly_and_the_job_resumes(db_path, local_embedder):
+    """Ctrl-C on ``make run`` mid-embedding used to abort the process in onnxruntime
+    ("terminate called without an active exception", SIGABRT) and leave the job "running". Now
+    the process exits normally, the job is interrupted with its upload kept, and resumes."""
+    from conftest import ROOT
+
+    from marginalia_core.config import Settings
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", APP_LIKE_CHILD, str(db_path), "12", str(ROOT / "tests")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=offline_cli_env(),
+        cwd=ROOT,
+    )
+    try:
+        job_id = child.stdout.readline().strip()
+        assert job_id, child.stderr.read()
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=WAIT_S)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert "terminate called" not in err and child.returncode != -signal.SIGABRT, err[-2000:]
+    assert "KeyboardInterrupt" in err  # Python's own report of the Ctrl-C, nothing worse
+    ws = Workspace(Settings(db_path=str(db_path), embedder="local", answerer="extractive"))
+    ws.__dict__["embedder"] = local_embedder
+    try:
+        job = ws.job(job_id)
+        assert job.status == "interrupted" and job.resumable, job
+        [again] = ws.resume(job_id)
+        done = list(ws.job_queue.run(ws.job_queue.claim().id))[-1]
+        assert again.id == job_id and done["type"] == "done"
+        assert ws.job(job_id).status == "done"
+    finally:
+        ws.close()
+

@@ -157,6 +157,13 @@ def test_make_a_set_evaluate_sweep_and_compare(page):  # noqa: F811 - the import
     page.locator(".lab-table").last.scroll_into_view_if_needed()
     page.wait_for_timeout(800)
     screenshot(page, "screenshot-lab-compare.png")
+
+    section(page, "Passage size")  # the split preview: a wrapping table too
+    preview = page.locator(".lab-table").filter(has_text="characters")
+    expect(preview).to_be_visible()
+    preview.locator("summary").first.click()
+    expect(preview.locator("details[open] .mg-passage").first).to_be_visible()
+    assert_readable(page)
     assert not external(page.requests), external(page.requests)
 
 

@@ -137,6 +137,12 @@ def test_conversations_order_and_cascade(store):
     ).fetchone()[0] == 0
 
 
+def test_an_answer_keeps_its_status_stopped_or_complete(store):
+    store.add_exchange("c1", "title", "q1", "a1", [])
+    store.add_exchange("c1", "title", "q2", "the start of", [], status="stopped")
+    assert [m["status"] for m in store.messages("c1")] == ["complete"] * 3 + ["stopped"]
+
+
 def test_add_exchange_creates_conversation_atomically(store):
     store.add_exchange("c1", "title", "q", "a", [])
     assert store.get_conversation("c1")["title"] == "title"
@@ -291,17 +297,40 @@ def test_a_release_0_1_library_is_searchable_and_answerable_after_the_upgrade(tm
         ws.close()
 
 
-def test_embedding_cache_and_chunk_vectors(store):
-    """What the retrieval lab's chunk sweep reuses instead of embedding again."""
-    doc, chunks, vectors = _add(store)
+def test_embedding_cache_by_embedder_and_text_hash(store):
+    """Vectors are cached per (embedder key, text hash): another embedder never sees them, a
+    hash already cached keeps its first vector."""
     v = np.arange(8, dtype=np.float32)
-    store.cache_vectors({"k1": v, "k2": v + 1})
-    store.cache_vectors({"k1": v * 0})  # an existing key is kept
-    got = store.cached_vectors(["k1", "k2", "missing"])
-    assert set(got) == {"k1", "k2"} and np.array_equal(got["k1"], v)
-    own = dict(store.chunk_texts_and_vectors("m", 8))
-    assert np.array_equal(own[chunks[0].text], vectors[0])
-    assert list(store.chunk_texts_and_vectors("other", 8)) == []
+    store.cache_embeddings("m@8", {"h1": v, "h2": v + 1})
+    store.cache_embeddings("m@8", {"h1": v * 0})  # an existing key is kept
+    got = store.cached_embeddings("m@8", ["h1", "h2", "missing"])
+    assert set(got) == {"h1", "h2"} and np.array_equal(got["h1"], v)
+    assert store.cached_embeddings("other@8", ["h1"]) == {}
+    assert store.cached_embeddings("m@8", []) == {}
+
+
+def test_embedding_cache_migration_seeds_from_the_librarys_chunks(store, db_path, database_url):
+    """A library indexed before the cache existed: m015 / p008 fill it from the stored chunks,
+    so re-indexing with the same passages embeds nothing."""
+    from marginalia_core.config import Settings
+    from marginalia_core.store import open_store
+    from marginalia_core.store.base import text_hash
+
+    doc, chunks, vectors = _add(store)
+    with store.write() as conn:  # as if the cache step had never run
+        if store.backend == "sqlite":
+            conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm015_embedding_cache'")
+        else:
+            conn.execute("DELETE FROM marginalia_migrations WHERE name = 'p008_embedding_cache'")
+        conn.execute("DELETE FROM embedding_cache")
+    store.close()
+    again = open_store(Settings(db_path=str(db_path), database_url=database_url))
+    try:
+        got = again.cached_embeddings("m@8", [text_hash(c.text) for c in chunks])
+        assert len(got) == len({c.text for c in chunks})
+        assert np.allclose(got[text_hash(chunks[0].text)], vectors[0])
+    finally:
+        again.close()
 
 
 def test_rename_search_and_original_file(store):

@@ -3,14 +3,27 @@ re-index it."""
 
 from __future__ import annotations
 
+import html
+
 import altair as alt
 import pandas as pd
 import streamlit as st
 
+from marginalia_app import passages as margin
 from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import watch
 from marginalia_app.inspector.common import Controls
+from marginalia_app.inspector.tables import Column, show_table
 from marginalia_core.workspace import Workspace
+
+PREVIEW_WORDS = 14  # words of a passage the preview shows before it is opened
+PREVIEW_ROWS = 8  # more passages than this scroll inside a box PREVIEW_HEIGHT px tall
+PREVIEW_HEIGHT = 460
+PREVIEW_COLUMNS = (
+    Column("chunk", "passage", numeric=True, fmt="d"), Column("pages", "pages"),
+    Column("length", "characters", numeric=True, fmt="d"),
+    Column("overlap", "overlap", numeric=True, fmt="d"), Column("text", "text", html=True),
+)
 
 
 def show(ws: Workspace, c: Controls) -> None:
@@ -53,7 +66,7 @@ def show(ws: Workspace, c: Controls) -> None:
     m[3].metric("Mean overlap", f"{stats['mean_overlap']:.0f}")
     preview = pd.DataFrame([
         {"chunk": ch.idx,
-         "pages": fmt.page_label(ch.page_start, ch.page_end, doc["mime"]).split(" ", 1)[-1],
+         "pages": fmt.document_place(doc, ch.page_start, ch.page_end),
          "length": len(ch.text),
          "overlap": max(0, chunks[ch.idx - 1].end - ch.start) if ch.idx else 0,
          "text": " ".join(ch.text.split())}
@@ -73,11 +86,22 @@ def show(ws: Workspace, c: Controls) -> None:
             )
     with table_col:
         st.markdown("**Preview**")
-        st.dataframe(preview, hide_index=True, width="stretch", height="auto",
-                     column_config={"text": st.column_config.TextColumn(width="large")})
+        rows = [{**r, "text": _passage(ch.text, doc["mime"])}
+                for r, ch in zip(preview.to_dict("records"), chunks, strict=True)]
+        with st.container(height=PREVIEW_HEIGHT if len(rows) > PREVIEW_ROWS else "content",
+                          key="lab_preview"):
+            show_table(rows, PREVIEW_COLUMNS)
     _reindex(ws, doc, d_target, used_overlap, preview_.unchanged)
     if flash_ := state.pop("lab_flash", None):
         st.success(fmt.escape_inline(flash_), icon=":material/check_circle:")
+
+
+def _passage(text: str, mime: str) -> str:
+    """A passage as its first words, opening to the whole of it (HTML for the table)."""
+    words = text.split()
+    first = " ".join(words[:PREVIEW_WORDS]) + ("…" if len(words) > PREVIEW_WORDS else "")
+    return (f"<details><summary>{html.escape(first)}</summary>"
+            f"{margin.terms_html(text, mime, [])}</details>")
 
 
 def _reindex(ws: Workspace, doc: dict, target: int, overlap: int, unchanged: bool) -> None:

@@ -23,6 +23,7 @@ CSS = """<style>
   border-bottom: 1px solid rgba(49, 51, 63, 0.25); padding: 0.3rem 0.5rem; }
 .lab-table td { border-bottom: 1px solid rgba(49, 51, 63, 0.1); padding: 0.3rem 0.5rem;
   vertical-align: top; overflow-wrap: anywhere; }
+.lab-table td:first-child { min-width: 11rem; }
 .lab-table .num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 .lab-table .now td { background: rgba(85, 85, 85, 0.08); }
 .lab-table .suggested td { background: rgba(192, 57, 43, 0.08); }

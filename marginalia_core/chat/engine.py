@@ -14,13 +14,18 @@ when it has one (Gemini: one short call), else, or when that fails, by the offli
 go to the answerer as user/model turns, earlier answers without their ``[n]`` marks (those
 numbered other sources).
 
-Citations are renumbered when the answer is complete: the sources it cites become [1], [2], ...
-in the order it first cites them, the marks in the text with them (``citations.renumber``); the
-tokens stream with ``meta``'s numbering, and ``done`` carries the final ``answer`` and
-``sources``, which is also what is saved. Every answer, whoever wrote it, is then checked
-sentence by sentence against the passages it cites (``chat.support``, with the local embedder's
-cosine when that is the active embedder; a remote one is never called for it): ``done``'s
-``support`` lists each marked sentence's score, saved with the message. A conversation can be limited to some documents
+Citations are renumbered as the answer streams: the sources it cites become [1], [2], ... in
+the order it first cites them (``citations.StreamRenumberer``), so every ``token`` already
+carries the numbering ``done`` and the saved answer have; a token that cites a source for the
+first time says which of ``meta``'s sources it is (``cited``). ``done`` carries the final
+``answer`` and ``sources``, which is also what is saved. Every answer, whoever wrote it, is then
+checked sentence by sentence against the passages it cites (``chat.support``, with the local
+embedder's cosine when that is the active embedder; a remote one is never called for it):
+``done``'s ``support`` lists each marked sentence's score, saved with the message.
+
+``stop`` (a ``threading.Event``) ends an answer early on purpose: what was streamed so far is
+saved with the question, marked ``status="stopped"`` (an empty answer when nothing was said
+yet), so a stopped question is never lost. A conversation can be limited to some documents
 (``documents``), kept on the conversation and honoured by every retrieval mode.
 """
 
@@ -28,12 +33,13 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from marginalia_core import events
 from marginalia_core.chat.support import check_support
-from marginalia_core.citations import MARK_RE, renumber_sources
+from marginalia_core.citations import MARK_RE, StreamRenumberer, renumber_sources
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, NotFoundError
 from marginalia_core.providers.answerers.base import Answerer, HistoryTurn
@@ -51,9 +57,15 @@ from marginalia_core.store.rows import KEEP, Keep, new_id
 log = logging.getLogger(__name__)
 
 HISTORY = 10  # messages sent as user/model turns
+COMPLETE, STOPPED = "complete", "stopped"  # a saved answer's status
 TITLE_CHARS = 64
 MAX_QUESTION_CHARS = 8_000
 ID_RE = re.compile(r"^[0-9a-f]{32}$")  # the shape of store.new_id()
+
+
+def new_conversation_id() -> str:
+    """An id of the shape ``ask`` accepts for a conversation it is to start."""
+    return new_id()
 
 
 def make_title(question: str) -> str:
@@ -84,10 +96,12 @@ class ChatEngine:
         k: int | None = None,
         threshold: float | None = None,
         documents: Sequence[str] | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[events.ChatEvent]:
         """Answer ``question`` as events. ``documents`` limits this question and the
         conversation from now on to those document ids (empty: all documents again); None
-        keeps the conversation's own choice (all, for a new one)."""
+        keeps the conversation's own choice (all, for a new one). Setting ``stop`` ends the
+        answer where it is, saved as ``stopped``."""
         question = (question or "").strip()
         if not question:
             yield events.error("Ask a question first: the message is empty.", "empty")
@@ -118,11 +132,18 @@ class ChatEngine:
         sources = [hit.as_source(n) for n, hit in enumerate(hits, start=1)]
         yield events.meta(conversation_id, title, sources, query=query, documents=scope)
 
-        if not sources:
-            answer = NO_SOURCES_ANSWER if len(self.retriever.index) else NO_DOCUMENTS_ANSWER
+        if not sources and not len(self.retriever.index):
+            # nothing searchable at all: a notice, not an exchange worth keeping (no
+            # conversation is created for it)
             mismatch = self.retriever.mismatch()
-            if mismatch and not len(self.retriever.index):
-                answer = mismatch.message
+            yield events.error(
+                mismatch.message if mismatch else NO_DOCUMENTS_ANSWER,
+                "embedder_mismatch" if mismatch else "no_documents",
+                conversation_id=conversation_id,
+            )
+            return
+        if not sources:
+            answer = NO_SOURCES_ANSWER
             yield events.token(answer)
             yield from self._finish(
                 conversation_id, title, question, answer, sources, query=query, documents=chosen
@@ -130,6 +151,8 @@ class ChatEngine:
             return
 
         parts: list[str] = []
+        marks = StreamRenumberer(len(sources))
+        status = COMPLETE
         try:
             passages = cast(list[dict[str, Any]], sources)  # the answerers read them as mappings
             stream = self.answerer.stream(
@@ -140,9 +163,14 @@ class ChatEngine:
             )
             try:
                 for piece in stream:
+                    if stop is not None and stop.is_set():
+                        status = STOPPED
+                        break
                     if piece:
                         parts.append(piece)
-                        yield events.token(piece)
+                        yield from self._token(marks, marks.feed(piece))
+                if stop is not None and stop.is_set():
+                    status = STOPPED
             finally:
                 # a consumer that stops early also closes the model's stream (its HTTP
                 # connection) at once, not whenever the generator is garbage-collected
@@ -160,8 +188,9 @@ class ChatEngine:
                 conversation_id=conversation_id,
             )
             return
+        yield from self._token(marks, marks.finish())
         answer = "".join(parts)
-        if not answer.strip():
+        if not answer.strip() and status != STOPPED:
             yield events.error(
                 "The model returned an empty answer. Nothing was saved.",
                 "empty_answer",
@@ -169,8 +198,14 @@ class ChatEngine:
             )
             return
         yield from self._finish(
-            conversation_id, title, question, answer, sources, query=query, documents=chosen
+            conversation_id, title, question, answer, sources, query=query, documents=chosen,
+            status=status,
         )
+
+    @staticmethod
+    def _token(marks: StreamRenumberer, text: str) -> Iterator[events.TokenEvent]:
+        if text:
+            yield events.token(text, marks.newly_cited())
 
     def rewrite(self, question: str, history: list[HistoryTurn]) -> str:
         """The query a question is searched with. Only a follow-up is rewritten: by the
@@ -236,13 +271,14 @@ class ChatEngine:
         *,
         query: str,
         documents: list[str] | None | Keep,
+        status: str = COMPLETE,
     ) -> Iterator[events.ChatEvent]:
         answer, keep, valid, invalid = renumber_sources(answer, cast(list[dict], sources))
         support = [s.as_dict() for s in check_support(answer, keep, self._support_embedder())]
         try:
             _, message = self.store.add_exchange(
                 conversation_id, title, question, answer, keep, query=query, documents=documents,
-                support=support,
+                support=support, status=status,
             )
         except Exception as exc:
             log.exception("saving the answer failed")
@@ -259,6 +295,7 @@ class ChatEngine:
             invalid_citations=invalid,
             answer=answer,
             sources=keep,
+            status=status,
             support=support,
         )
 

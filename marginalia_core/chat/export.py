@@ -82,6 +82,8 @@ def conversation_markdown(
             continue
         # the answer keeps its own formatting, but never becomes HTML in a viewer
         lines += ["", message["content"].strip().replace("<", "\\<"), ""]
+        if message.get("status") == "stopped":
+            lines += ["_Stopped by the reader: the answer ends here._", ""]
         sources = message.get("sources") or []
         if not sources:
             lines += ["_No passage was cited for this answer._"]

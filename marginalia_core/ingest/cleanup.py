@@ -38,6 +38,10 @@ _ORNAMENT_RUN = re.compile(
 )
 _ORNAMENT_LINE = re.compile(r"^[\W_]*$")
 _FOLD_DIGITS = re.compile(r"\d+")
+# After folding, a run of numbers is one number: a running head that carries the page's margin
+# line numbers ("12 FREE CULTURE 1 2 3 4 6 7 ... 32S 33R", the numbers different on every page)
+# has one shape on every page. Proof marks glued to a number ("32S", "33R") are numbers too.
+_NUMBER_RUN = re.compile(r"#[A-Z]?(?:\s+#[A-Z]?)+\b|#[A-Z]\b")
 _SPACES = re.compile(r"\s+")
 _PAGE_NUMBER = re.compile(
     r"^(?:(?:page|p\.)\s*)?(?:\d{1,4}|[ivxlcdm]{1,7})(?:\s*(?:of|/)\s*\d{1,4})?$", re.IGNORECASE
@@ -57,13 +61,15 @@ _NUMBERED_ABBREVIATIONS = frozenset(
 def _shape(line: str) -> str:
     """A line's identity for repetition: spacing and numbers ignored ("Page 4" = "Page 9").
     Case is kept: a running head "CHAPTER 2. WARSAW" is not the chapter's title line."""
-    return _SPACES.sub(" ", _FOLD_DIGITS.sub("#", line)).strip()
+    folded = _SPACES.sub(" ", _FOLD_DIGITS.sub("#", line)).strip()
+    return _NUMBER_RUN.sub("#", folded)
 
 
 def _repeated_shapes(pages: list[list[str]]) -> set[str]:
     counts: Counter[str] = Counter()
     for lines in pages:
-        counts.update({_shape(line) for line in lines if 0 < len(line) <= REPEAT_MAX_CHARS})
+        shapes = (_shape(line) for line in lines if line.strip())
+        counts.update({shape for shape in shapes if 0 < len(shape) <= REPEAT_MAX_CHARS})
     needed = (REPEAT_MIN_PAGES if len(pages) >= LONG_DOCUMENT_PAGES
               else max(REPEAT_MIN_PAGES, REPEAT_MIN_SHARE * len(pages)))
     # a bare folded number ("#") is a page number only at a page's edge (handled there):
@@ -140,7 +146,30 @@ def clean_pages(page_texts: list[str]) -> list[str]:
     before = sum(len(t) for t in page_texts)
     if repeated and sum(len(t) for t in cleaned) < REPEAT_MIN_SHARE_KEPT * before:
         cleaned = _clean(pages, edges, set(), several)
-    return cleaned
+    return join_page_break_hyphens(cleaned)
+
+
+# A page ending in a word broken by a hyphen ("nobil-") and the next page starting with its
+# lower-case rest ("ity, and ..."): the rest moves up, so the word is whole on the first page.
+_PAGE_END_HYPHEN = re.compile(r"([^\W\d_]+)-$")
+_PAGE_START_REST = re.compile(r"^([^\W\d_]+)([.,;:!?\u201d\"')]*)[^\S\n]?")
+
+
+def join_page_break_hyphens(pages: list[str]) -> list[str]:
+    """Words hyphenated across a page break joined on the page where they start (a compound
+    already hyphenated, "stop-the-" + "world", keeps its hyphen)."""
+    out = list(pages)
+    for i in range(len(out) - 1):
+        end = _PAGE_END_HYPHEN.search(out[i])
+        start = _PAGE_START_REST.match(out[i + 1])
+        if not end or not start or not start.group(1)[0].islower():
+            continue
+        word_start = end.start(1)
+        compound = word_start > 0 and out[i][word_start - 1] == "-"
+        joined = start.group(1) + start.group(2)
+        out[i] = out[i][:-1] + ("-" if compound else "") + joined
+        out[i + 1] = out[i + 1][start.end():].lstrip()
+    return out
 
 
 def _clean(

@@ -481,23 +481,9 @@ def _extract_pdf(
              if i + 1 not in skipped and not _has_alnum(t, MIN_ALNUM_PER_PAGE)]
     if empty and ocr and ocr_engine.available():
         ocr_pages = _ocr_empty_pages(name, data, password, empty, page_texts, ocr_progress)
-    if CLEAN_PAGES:
-        page_texts = clean_pages(page_texts)
-
-    parts: list[str] = []
-    page_starts: list[int] = []
-    length = 0
-    for page_text in page_texts:
-        if page_text and parts:
-            parts.append("\n\n")
-            length += 2
-        page_starts.append(length)
-        if page_text:
-            parts.append(page_text)
-            length += len(page_text)
-            if length > MAX_TEXT_CHARS:
-                raise too_much_text(name)
-    text = "".join(parts)
+    text, page_starts = join_pages(finish_pages(page_texts))
+    if len(text) > MAX_TEXT_CHARS:
+        raise too_much_text(name)
 
     if not _has_alnum(text, MIN_ALNUM_PER_PAGE * page_count):
         if skipped:
@@ -511,6 +497,28 @@ def _extract_pdf(
         skipped_pages=tuple(skipped),
         ocr_pages=ocr_pages,
     )
+
+
+def finish_pages(page_texts: list[str]) -> list[str]:
+    """The cross-page steps on the pages read so far (printing leftovers out). Ingestion calls
+    it on a growing book too, to embed early the passages that will not change."""
+    return clean_pages(page_texts) if CLEAN_PAGES else list(page_texts)
+
+
+def join_pages(page_texts: list[str]) -> tuple[str, list[int]]:
+    """One text from the pages (a blank line between non-empty ones) and each page's start."""
+    parts: list[str] = []
+    page_starts: list[int] = []
+    length = 0
+    for page_text in page_texts:
+        if page_text and parts:
+            parts.append("\n\n")
+            length += 2
+        page_starts.append(length)
+        if page_text:
+            parts.append(page_text)
+            length += len(page_text)
+    return "".join(parts), page_starts
 
 
 def _respace(name: str, geometry: object, number: int, raw: str) -> str:

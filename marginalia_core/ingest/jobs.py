@@ -14,12 +14,14 @@ only, never in the database.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
@@ -47,6 +49,8 @@ ENDED = ("done", "refused", "cancelled", "failed")
 FAILURE_REASONS = frozenset({"internal", "embedding", "auth"})
 # refusals a person can fix by giving a password; the upload is kept for that retry
 PASSWORD_REASONS = frozenset({"encrypted", "wrong_password"})
+# a near-duplicate of an indexed document: kept so a person can choose to replace that one
+CHOICE_REASONS = frozenset({"near_duplicate"})
 # the idle worker looks for jobs queued by other processes (and dead peers) this often
 POLL_SECONDS = 1.0
 # progress is written at most this often (and on every stage change): cheap, and fresh enough
@@ -88,6 +92,8 @@ def _parse(stamp: str | None) -> datetime | None:
 # Job id -> password of an encrypted PDF, in this process's memory only (never the database):
 # the page that takes the password and the worker that opens the PDF hold different queues.
 _PASSWORDS: dict[str, str] = {}
+# Jobs a person told to replace the document their text nearly duplicates (this process).
+_REPLACING: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,11 @@ class Job:
         return self.status == "refused" and self.reason in PASSWORD_REASONS and self.has_data
 
     @property
+    def offers_replace(self) -> bool:
+        """Refused as a near-duplicate of ``document_id``, upload kept: it may replace it."""
+        return self.status == "refused" and self.reason in CHOICE_REASONS and self.has_data
+
+    @property
     def fraction(self) -> float:
         """How much of the work is done, 0..1 (pages read, then passages embedded)."""
         if self.status in ENDED:
@@ -174,7 +185,8 @@ class Job:
             return IngestOutcome(self.name, state, message=self.message,
                                  chunks=self.chunks_total, pages=self.pages_total or 1,
                                  document_id=self.document_id, mime=mime)
-        return IngestOutcome(self.name, "refused", self.reason or self.status, self.message)
+        return IngestOutcome(self.name, "refused", self.reason or self.status, self.message,
+                             document_id=self.document_id)
 
     @classmethod
     def from_row(cls, row: Any) -> Job:
@@ -299,14 +311,20 @@ class JobQueue:
         self._notify()
         return dropped
 
-    def resume(self, job_id: str | None = None, *, password: str | None = None) -> list[Job]:
-        """Queue again an interrupted job (or, without ``job_id``, every interrupted job), or a
-        refused encrypted PDF with a ``password``. Returns the jobs queued."""
-        def keep_password(jid: str) -> None:  # before the commit: a worker may claim it at once
+    def resume(
+        self, job_id: str | None = None, *, password: str | None = None, replace: bool = False
+    ) -> list[Job]:
+        """Queue again an interrupted job (or, without ``job_id``, every interrupted job), a
+        refused encrypted PDF with a ``password``, or with ``replace`` a near-duplicate that
+        is to replace the document it matches. Returns the jobs queued."""
+        def remember(jid: str) -> None:  # before the commit: a worker may claim it at once
             if password:
                 self._passwords[jid] = password
+            if replace:
+                _REPLACING.add(jid)
 
-        queued = self.store.requeue_jobs(job_id, sorted(PASSWORD_REASONS), keep_password)
+        reasons = PASSWORD_REASONS | (CHOICE_REASONS if replace else frozenset())
+        queued = self.store.requeue_jobs(job_id, sorted(reasons), remember)
         self._notify()
         return [self.job(j) for j in queued]
 
@@ -344,6 +362,10 @@ class JobQueue:
             return
         name, mime, data = payload
         password = self._passwords.pop(job_id, None)
+        settings = self.settings
+        if job_id in _REPLACING:
+            _REPLACING.discard(job_id)
+            settings = settings.with_overrides(on_duplicate="replace")
         progress = _Progress(self.store, job_id)
 
         def checkpoint() -> None:
@@ -355,7 +377,7 @@ class JobQueue:
         end: events.IngestEvent | None = None
         try:
             stream = ingest_bytes(
-                self.store, self._embedder(), self.settings, name, data, mime=mime,
+                self.store, self._embedder(), settings, name, data, mime=mime,
                 password=password, checkpoint=checkpoint,
             )
             for event in stream:
@@ -422,7 +444,8 @@ class _Progress:
             self.values["pages_done"] = int(event.get("done") or 0)
             self.values["pages_total"] = int(event.get("total") or 0)
         elif stage == "chunking" and "chunks" in event:
-            self.values["chunks_total"] = int(event["chunks"])
+            # chunks_* count the passages to embed (the embedding cache may hold the rest),
+            # so they are first set by the embedding stage
             if not self.values["pages_total"]:  # text files: one page, read
                 self.values["pages_done"] = self.values["pages_total"] = 1
         elif stage == "embedding":
@@ -462,11 +485,14 @@ class _Progress:
             doc = end.get("document") or {}
             values.update(document_id=doc.get("id"), duplicate=int(bool(end.get("duplicate"))),
                           message=end.get("message", ""))
+            if doc.get("chunk_count") is not None:  # an ended job: the document's passages
+                values.update(chunks_done=doc["chunk_count"], chunks_total=doc["chunk_count"])
             if doc.get("page_count"):  # slides, rows, sections: the document's own count
                 self.values["pages_done"] = self.values["pages_total"] = int(doc["page_count"])
         else:
             reason = end.get("reason")
-            values.update(reason=reason, message=end.get("message", ""))
+            values.update(reason=reason, message=end.get("message", ""),
+                          document_id=end.get("existing_id"))
             if reason == "cancelled":
                 status = "cancelled"
             elif reason == "interrupted":
@@ -475,9 +501,26 @@ class _Progress:
                 status = "failed"
             else:
                 status = "refused"
-                keep = reason in PASSWORD_REASONS
+                keep = reason in PASSWORD_REASONS | CHOICE_REASONS
         self.store.finish_job(self.job_id, process_owner(), status,
                               {**self.values, **values}, keep_data=keep)
+
+
+# How long the process's exit waits for a running job to reach its next page or batch
+# boundary (where it stops, marked interrupted, its upload kept for a resume).
+EXIT_WAIT_S = 60.0
+_WORKERS: weakref.WeakSet[JobWorker] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_workers_at_exit() -> None:
+    """Ctrl-C on ``make run`` / streamlit ends the main thread while the worker (a daemon) may
+    be inside the embedding model: killed there at exit, onnxruntime's threads abort the
+    process ("terminate called without an active exception") and the job stays "running"
+    until recovered. Stopping each worker at its next boundary first makes the exit clean and
+    the job ``interrupted``, ready to resume."""
+    for worker in list(_WORKERS):
+        worker.stop(timeout=EXIT_WAIT_S)
 
 
 class JobWorker:
@@ -502,6 +545,7 @@ class JobWorker:
                     target=self._loop, name="marginalia-jobs", daemon=True
                 )
                 self._thread.start()
+                _WORKERS.add(self)
         return self
 
     def wake(self) -> None:

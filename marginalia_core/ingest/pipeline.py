@@ -20,13 +20,16 @@ import numpy as np
 
 from marginalia_core import events
 from marginalia_core.config import Settings
-from marginalia_core.errors import MarginaliaError, TooLargeError
+from marginalia_core.errors import MarginaliaError, NearDuplicateError, TooLargeError
 from marginalia_core.ingest import formats, web
 from marginalia_core.ingest.chunking import chunk_text
-from marginalia_core.ingest.extraction import Extracted, Unit
+from marginalia_core.ingest.embed_cache import EmbeddingCache
+from marginalia_core.ingest.extraction import Extracted, Unit, finish_pages, join_pages
 from marginalia_core.ingest.formats import extract
+from marginalia_core.ingest.health import parse_health
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.fingerprint import fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -35,55 +38,100 @@ class _Abandoned(Exception):
     """Raised inside the embedding worker once nobody is waiting for its result."""
 
 
-# While a PDF is read, its text so far is re-chunked every this many new characters and the
-# chunks that can no longer change are embedded on another thread: reading (Python, holds the
-# GIL) and embedding (ONNX / HTTP, releases it) overlap.
+# While a PDF is read, its text so far is cleaned and re-chunked every this many new characters
+# and the chunks that can no longer change are embedded on another thread: reading (Python,
+# holds the GIL) and embedding (ONNX / HTTP, releases it) overlap.
 EARLY_EMBED_EVERY_CHARS = 16_000
 # a chunk is settled once the text runs this many targets past its start (the chunker only
-# looks one window ahead)
+# looks one window ahead) ...
 SETTLED_TARGETS = 2
+# ... and it ends before the last this many pages read: a running head is recognised (and
+# removed from every page) once it has repeated on 3 pages (cleanup.REPEAT_MIN_PAGES; on
+# alternate pages when a book alternates two heads: 5 pages), a word broken at a page's end is
+# joined when the next page comes, so the recent pages' text may still change.
+SETTLED_LAG_PAGES = 5
+# The final pass embeds in slices of at least this many texts (and at least one round of the
+# embedder's concurrent batches), caching each slice as it is done, so an interrupted job
+# keeps what it embedded; the local embedder sorts each slice by length to pad less.
+CACHE_SLICE = 64
 
 
 class _EarlyEmbeddings:
     """Embeds the settled chunks of a growing text on a background thread, keyed by chunk text.
 
-    The final pass chunks the whole text as always and takes the vectors whose chunk text it
-    finds here, so the stored result is the same as without overlap; a chunk that came out
-    differently (text cleaned after reading) is simply embedded again then.
+    Three threads meet here: the page reader calls ``add_page`` (settled chunk texts go to
+    ``candidates``); the consuming thread calls ``pump`` between pages (candidates found in the
+    embedding cache are taken from it, the rest go to the worker; the worker's vectors are
+    written to the cache); the worker embeds. The final pass chunks the whole cleaned text as
+    always and takes the vectors whose chunk text it finds here, so the stored result is the
+    same as without overlap; a chunk that came out differently is simply embedded then.
     """
 
-    def __init__(self, embedder: Embedder, target: int, overlap: int):
+    def __init__(self, embedder: Embedder, cache: EmbeddingCache, target: int, overlap: int):
         self.embedder = embedder
+        self.cache = cache
         self.target = target
         self.overlap = overlap
-        self.parts: list[str] = []
+        self.pages: list[str] = []
         self.pending = 0
-        self.sent: set[str] = set()
-        self.vectors: dict[str, np.ndarray] = {}
-        self.batches: queue.Queue = queue.Queue()
-        self.progress: queue.Queue = queue.Queue()  # passages embedded, after each batch
+        self.seen: set[str] = set()  # reading thread: texts handed over
+        self.candidates: queue.Queue[list[str]] = queue.Queue()
+        self.vectors: dict[str, np.ndarray] = {}  # consuming thread: cached or embedded here
+        self.embedded: set[str] = set()  # consuming thread: texts this job embedded
+        self.batches: queue.Queue[list[str] | None] = queue.Queue()
+        self.results: queue.Queue[tuple[list[str], np.ndarray] | None] = queue.Queue()
         self.stop = threading.Event()
+        self.closed = False
         self.thread = threading.Thread(target=self._work, name="marginalia-early-embed",
                                        daemon=True)
         self.thread.start()
 
     def add_page(self, text: str) -> None:
-        """On the reading thread, after each page (the same joining as extraction)."""
-        if not text:
-            return
-        if self.parts:
-            self.parts.append("\n\n")
-        self.parts.append(text)
+        """On the reading thread, after each page (its text before the cross-page cleanup)."""
+        self.pages.append(text)
         self.pending += len(text)
-        if self.pending >= EARLY_EMBED_EVERY_CHARS and not self.stop.is_set():
-            self.pending = 0
-            full = "".join(self.parts)
-            horizon = len(full) - SETTLED_TARGETS * self.target
-            batch = [c.text for c in chunk_text(full, target=self.target, overlap=self.overlap)
-                     if c.start < horizon and c.text not in self.sent]
-            if batch:
-                self.sent.update(batch)
-                self.batches.put(batch)
+        if self.pending < EARLY_EMBED_EVERY_CHARS or self.stop.is_set():
+            return
+        self.pending = 0
+        settled = len(self.pages) - SETTLED_LAG_PAGES
+        if settled <= 0:
+            return
+        full, starts = join_pages(finish_pages(self.pages))
+        horizon = starts[settled] - SETTLED_TARGETS * self.target
+        batch = [c.text for c in chunk_text(full, target=self.target, overlap=self.overlap)
+                 if c.end <= horizon and c.text not in self.seen]
+        if batch:
+            self.seen.update(batch)
+            self.candidates.put(batch)
+
+    def pump(self) -> None:
+        """On the consuming thread: hand new candidates to the worker (cached ones are taken
+        from the cache) and keep the vectors the worker finished."""
+        while True:
+            try:
+                batch = self.candidates.get_nowait()
+            except queue.Empty:
+                break
+            hits = self.cache.lookup(batch)
+            self.vectors.update(hits)
+            misses = [t for t in batch if t not in hits]
+            if misses and not self.stop.is_set():
+                self.batches.put(misses)
+        while True:
+            try:
+                item = self.results.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                self.results.put(None)  # the end marker stays for ``finish``
+                break
+            self._keep(*item)
+
+    def _keep(self, texts: list[str], vectors: np.ndarray) -> None:
+        new = dict(zip(texts, vectors, strict=True))
+        self.cache.add(new)
+        self.vectors.update(new)
+        self.embedded.update(texts)
 
     def _work(self) -> None:
         while (batch := self.batches.get()) is not None:
@@ -95,19 +143,25 @@ class _EarlyEmbeddings:
                 log.debug("early embedding failed; the final pass will retry", exc_info=True)
                 self.stop.set()
                 continue
-            self.vectors.update(zip(batch, vectors, strict=True))
-            self.progress.put(len(self.vectors))
-        self.progress.put(None)
+            self.results.put((batch, vectors))
+        self.results.put(None)
 
     def finish(
-        self, file: str, total: int, checkpoint: Checkpoint | None = None
+        self, file: str, wanted: set[str], progress: Callable[[int], events.IngestEvent | None],
+        checkpoint: Checkpoint | None = None,
     ) -> Generator[events.IngestEvent, None, dict[str, np.ndarray]]:
-        """Wait for the batches already handed over, yielding ``embedding`` progress (of the
-        ``total`` passages the document has); returns the vectors by chunk text."""
+        """Wait for the batches already handed over; after each, ``progress(n)`` with the
+        number of ``wanted`` texts embedded so far, yielded when it makes an event. Returns
+        the vectors by chunk text."""
+        self.pump()
+        self.closed = True
         self.batches.put(None)
         try:
-            while (done := self.progress.get()) is not None:
-                yield events.stage("embedding", file, done=min(done, total), total=total)
+            while (item := self.results.get()) is not None:
+                self._keep(*item)
+                event = progress(len(wanted & self.embedded))
+                if event is not None:
+                    yield event
                 if checkpoint is not None:
                     checkpoint()
         except BaseException:
@@ -120,7 +174,9 @@ class _EarlyEmbeddings:
     def abandon(self) -> None:
         """Stop after the batch in hand and wait for the thread (harmless once finished)."""
         self.stop.set()
-        self.batches.put(None)
+        if not self.closed:
+            self.closed = True
+            self.batches.put(None)
         self.thread.join()
 
 
@@ -134,9 +190,13 @@ ingestion there. Nothing is written before the final transaction, so stopping is
 
 
 def _embed_with_progress(
-    embedder: Embedder, texts: list[str], file: str, checkpoint: Checkpoint | None = None
-) -> Iterator[events.IngestEvent | np.ndarray]:
-    """Run the embedder in a worker thread, yielding progress events, then the matrix.
+    embedder: Embedder, texts: list[str], slice_size: int,
+    keep: Callable[[int, np.ndarray], None], checkpoint: Checkpoint | None = None,
+) -> Iterator[int]:
+    """Run the embedder in a worker thread over ``texts`` in slices of ``slice_size``, yielding
+    the number of texts embedded so far after each batch; ``keep(start, vectors)`` is called
+    on this thread for each finished slice (the caller caches it), also for slices finished
+    when the run is stopped, so no vector computed is lost.
 
     If the consumer stops early (a closed generator: the user left the page, the CLI was
     interrupted), the worker is told to stop at its next progress report instead of spending
@@ -147,43 +207,68 @@ def _embed_with_progress(
     result: dict[str, Any] = {}
     stop = threading.Event()
 
-    def progress(done: int, total: int) -> None:
-        if stop.is_set():
-            raise _Abandoned
-        updates.put((done, total))
-
     def work() -> None:
         try:
-            result["vectors"] = embedder.embed_documents(texts, progress=progress)
+            for start in range(0, len(texts), slice_size):
+                part = texts[start : start + slice_size]
+
+                def progress(done: int, _total: int, start: int = start) -> None:
+                    if stop.is_set():
+                        raise _Abandoned
+                    updates.put(start + done)
+
+                updates.put((start, embedder.embed_documents(part, progress=progress)))
         except BaseException as exc:  # surfaced in the consuming thread
             result["error"] = exc
         finally:
             updates.put(None)
 
+    def drain() -> None:
+        while (item := updates.get()) is not None:
+            if not isinstance(item, int):
+                keep(*item)
+
     worker = threading.Thread(target=work, name="marginalia-embed", daemon=True)
     worker.start()
     try:
-        yield events.stage("embedding", file, done=0, total=len(texts))
-        if checkpoint is not None:
-            checkpoint()
-        while True:
-            item = updates.get()
-            if item is None:
-                break
-            done, total = item
-            yield events.stage("embedding", file, done=done, total=total)
+        while (item := updates.get()) is not None:
+            if not isinstance(item, int):
+                keep(*item)
+                continue
+            yield item
             if checkpoint is not None:
                 checkpoint()
-    except MarginaliaError:
+    except GeneratorExit:  # nobody waits: the worker stops at its next batch, unwaited
+        stop.set()
+        raise
+    except BaseException:
         stop.set()
         worker.join()
+        drain()  # slices finished meanwhile are kept (cached) all the same
         raise
     finally:
         stop.set()
     worker.join()
     if "error" in result:
         raise result["error"]
-    yield result["vectors"]
+
+
+class _EmbeddingProgress:
+    """``embedding`` events that count only the passages this ingestion really embeds (those
+    not already in the cache) and never go backwards."""
+
+    def __init__(self, file: str, total: int, cached: int):
+        self.file = file
+        self.total = total
+        self.cached = cached
+        self.done = -1
+
+    def __call__(self, done: int) -> events.IngestEvent | None:
+        if done == self.done:
+            return None
+        self.done = done
+        return events.stage("embedding", self.file, done=done, total=self.total,
+                            cached=self.cached)
 
 
 def _index_text(
@@ -202,8 +287,10 @@ def _index_text(
 ) -> Generator[events.IngestEvent, None, dict[str, Any]]:
     """chunk -> embed -> store, yielding stage events; returns the stored document row.
 
-    ``early`` is embedding chunks of the text while it was read: it is waited for, and only
-    the chunks it did not embed are embedded here. ``document`` carries the remaining
+    Only texts the embedding cache lacks are embedded. ``early`` is embedding chunks of the
+    text while it was read: it is waited for, and only the chunks it did not embed are embedded
+    here. ``embedding`` events count the passages to embed (``cached`` says how many were
+    reused). ``document`` carries the remaining
     ``Store.add_document`` fields (mime, size, hash, ...).
     """
     yield events.stage("chunking", name, characters=len(text))
@@ -213,28 +300,39 @@ def _index_text(
     yield events.stage("chunking", name, chunks=len(chunks))
     if checkpoint is not None:
         checkpoint()
-    embedded: dict[str, np.ndarray] = {}
+    cache = EmbeddingCache(store, embedder.key)
     if early is not None:
-        embedded = yield from early.finish(name, len(chunks), checkpoint)
-    missing = [i for i, c in enumerate(chunks) if c.text not in embedded]
-    ready = len(chunks) - len(missing)
-    fresh = np.zeros((0, embedder.dimension), dtype=np.float32)
+        early.pump()
+    texts = list(dict.fromkeys(c.text for c in chunks))  # each distinct text embedded once
+    known = cache.lookup(texts)
+    embedded_here = early.embedded if early is not None else set()
+    # to embed: what no earlier ingestion embedded (this one's early vectors count as work)
+    wanted = [t for t in texts if t not in known or t in embedded_here]
+    progress = _EmbeddingProgress(name, len(wanted), len(texts) - len(wanted))
+    first = progress(len(embedded_here & set(wanted)))
+    if first is not None:
+        yield first
+    vectors_by_text = dict(known)
+    if early is not None:
+        vectors_by_text.update((yield from early.finish(name, set(wanted), progress, checkpoint)))
+    missing = [t for t in wanted if t not in vectors_by_text]
     if missing:
-        for item in _embed_with_progress(embedder, [chunks[i].text for i in missing], name,
-                                         checkpoint):
-            if isinstance(item, np.ndarray):
-                fresh = item
-            else:
-                done = int(item["done"])  # type: ignore[typeddict-item]  # embedding progress
-                yield events.stage("embedding", name, done=ready + done, total=len(chunks))
-    else:
-        yield events.stage("embedding", name, done=len(chunks), total=len(chunks))
+        ready = len(wanted) - len(missing)
+        slice_size = max(CACHE_SLICE,
+                         embedder.batch_size * int(getattr(embedder, "concurrency", 1)))
+
+        def keep(start: int, fresh: np.ndarray) -> None:
+            new = dict(zip(missing[start : start + len(fresh)], fresh, strict=True))
+            cache.add(new)
+            vectors_by_text.update(new)
+
+        for done in _embed_with_progress(embedder, missing, slice_size, keep, checkpoint):
+            event = progress(ready + done)
+            if event is not None:
+                yield event
     vectors = np.zeros((len(chunks), embedder.dimension), dtype=np.float32)
     for i, c in enumerate(chunks):
-        if c.text in embedded:
-            vectors[i] = embedded[c.text]
-    if missing:
-        vectors[missing] = fresh
+        vectors[i] = vectors_by_text[c.text]
     if checkpoint is not None:
         checkpoint()  # the last chance to stop: the transaction below is all or nothing
     yield events.stage("storing", name, chunks=len(chunks))
@@ -298,14 +396,20 @@ def ingest_bytes(
                                   message=f"{name} is already indexed as {existing['name']}.")
                 return
             replace_id = existing["id"]  # indexed by another embedder: re-index in place
-        early = (_EarlyEmbeddings(embedder, settings.retrieval.chunk_target, settings.retrieval.chunk_overlap)
+        early = (_EarlyEmbeddings(embedder, EmbeddingCache(store, embedder.key),
+                                  settings.retrieval.chunk_target,
+                                  settings.retrieval.chunk_overlap)
                  if settings.embed_while_reading else None)
         try:
             extracted = yield from _extract_with_progress(
                 name, data, mime=mime, password=password, max_bytes=settings.max_upload_bytes,
                 checkpoint=checkpoint, on_text=early.add_page if early else None,
-                ocr=settings.ocr, declared_mime=mime if source_url else None,
+                between_pages=early.pump if early else None, ocr=settings.ocr,
+                declared_mime=mime if source_url else None,
             )
+            same = _near_duplicate(store, name, extracted.text, replace_id, settings)
+            if same is not None:
+                replace_id = same
             doc = yield from _index_text(
                 store,
                 embedder,
@@ -319,9 +423,10 @@ def ingest_bytes(
                 content_hash=digest,
                 page_count=extracted.page_count,
                 replace_id=replace_id,
-                document_id=replacing,
+                document_id=same if same is not None else replacing,  # scopes, links kept
                 original=data if formats.by_mime(extracted.mime).keep_original else None,
                 ocr_pages=extracted.ocr_pages,
+                parse_health=parse_health(extracted),
                 units=extracted.units,
                 source_url=source_url,
                 fetched_at=fetched_at,
@@ -332,6 +437,9 @@ def ingest_bytes(
             if early is not None:  # a refusal, a cancel or a closed stream: stop its thread
                 early.abandon()
         yield events.done(document=doc, duplicate=False, file=name)
+    except NearDuplicateError as exc:
+        yield events.error(exc.message, exc.reason, file=name, existing_id=exc.existing_id,
+                           existing_name=exc.existing_name)
     except MarginaliaError as exc:
         yield events.error(exc.message, exc.reason, file=name)
     except Exception as exc:  # never a traceback for the user; the log keeps it
@@ -343,17 +451,40 @@ def ingest_bytes(
         )
 
 
+def _near_duplicate(
+    store: LibraryStore, name: str, text: str, replace_id: str | None, settings: Settings
+) -> str | None:
+    """The id of the document this text nearly duplicates, when the settings say to replace
+    it; raises ``NearDuplicateError`` (naming it) when they say to refuse; None when the text
+    is new."""
+    found = store.near_duplicates(fingerprint(text), exclude=replace_id)
+    if not found:
+        return None
+    existing, share = found[0]
+    if settings.on_duplicate == "replace":
+        return str(existing["id"])
+    what = ("has the same text as" if share >= 1.0
+            else f"shares {share:.0%} of its passages with")
+    raise NearDuplicateError(
+        f"{name} {what} {existing['name']}, which is already indexed. Replace "
+        f"{existing['name']} with it, or keep the one you have (nothing was saved).",
+        existing_id=str(existing["id"]), existing_name=str(existing["name"]),
+    )
+
+
 def _extract_with_progress(
     name: str,
     data: bytes,
     *,
     checkpoint: Checkpoint | None = None,
     on_text: Callable[[str], None] | None = None,
+    between_pages: Callable[[], None] | None = None,
     **options: Any,
 ) -> Generator[events.IngestEvent, None, Extracted]:
     """``extract`` in a worker thread, yielding an ``extracting`` event per PDF page read and an
     ``ocr`` event per page recognised by OCR; the checkpoint runs on the reading thread after
-    each page, so a cancel stops it there."""
+    each page, so a cancel stops it there. ``between_pages`` runs on this (the consuming)
+    thread after each page."""
     updates: queue.Queue = queue.Queue()
     result: dict[str, Any] = {}
     stop = threading.Event()
@@ -389,6 +520,12 @@ def _extract_with_progress(
         while (item := updates.get()) is not None:
             stage, done, total = item
             yield events.stage(stage, name, done=done, total=total)
+            if between_pages is not None:
+                between_pages()
+    except BaseException:
+        stop.set()  # the reader stops at its next page; waited for, so nothing outlives us
+        worker.join()
+        raise
     finally:
         stop.set()
     worker.join()
@@ -476,6 +613,7 @@ def reindex_document(
             document_id=document_id,
             original=original,
             ocr_pages=doc.get("ocr_pages") or (),
+            parse_health=doc.get("parse_health") or {},
             units=formats.decode_units(doc.get("locations"), doc["page_count"]),
             source_url=doc.get("source_url"),
             fetched_at=doc.get("fetched_at"),
@@ -571,8 +709,8 @@ class IngestOutcome:
     message: str = ""
     chunks: int = 0
     pages: int = 1
-    document_id: str | None = None
-    existing: str | None = None  # the name a duplicate is already indexed under
+    document_id: str | None = None  # a near-duplicate refusal: the document it matches
+    existing: str | None = None  # the name a (near-)duplicate is already indexed under
     mime: str = ""  # of an indexed document: only PDFs have pages worth naming
 
     @classmethod
@@ -580,7 +718,8 @@ class IngestOutcome:
         if end is None or end["type"] == "stage":  # cannot happen: a stream always ends
             return cls(name, "refused", "internal", "No result.")
         if end["type"] == "error":
-            return cls(end.get("file", name), "refused", end.get("reason"), end.get("message", ""))
+            return cls(end.get("file", name), "refused", end.get("reason"), end.get("message", ""),
+                       document_id=end.get("existing_id"), existing=end.get("existing_name"))
         doc: dict[str, Any] = end.get("document") or {}
         if end.get("duplicate"):
             return cls(

@@ -8,12 +8,20 @@ every glyph's advance box, and between letters of one word the next glyph starts
 last one ended. Where the gap on the same line exceeds a fraction of the type size, this adds a
 space to pypdf's text (which stays the base: its encoding handling and repairs are what the
 rest of extraction relies on). Only spaces are added; nothing pypdf read is changed or removed.
+
+One exception, by a measured rule: mathematics. pypdf reads the glyphs of TeX's symbol fonts
+through their built-in encoding, so "∀s∈I" comes out as "8s2I" and "{A ∈ R}" as "fA2 Rg";
+pdfium maps the same glyphs to their Unicode symbols. A page on which pdfium's text holds at
+least ``MATH_GAIN`` more mathematical symbols than pypdf's, and no fewer letters (within
+``MIN_LETTER_SHARE``), is taken from pdfium (benchmarks/pdf_cleanup.py counts the pages this
+picks on the eval PDFs: only GeoTopo's mathematics pages).
 """
 
 from __future__ import annotations
 
 import ctypes
 import difflib
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -31,6 +39,12 @@ SAME_LINE_OVERLAP = 0.5
 MAX_ALIGN_GLYPHS = 20_000
 # pdfium reports a line-end hyphen it thinks is soft as U+FFFE (older builds: U+0002).
 _PDFIUM_HYPHENS = {0xFFFE: "-", 0x0002: "-"}
+_PDFIUM_HYPHEN_TABLE = str.maketrans({chr(k): v for k, v in _PDFIUM_HYPHENS.items()})
+# pdfium's text replaces pypdf's on a page when it holds at least this many more mathematical
+# symbols (∈ ⊆ ∀ ∂ ∅ ×) ...
+MATH_GAIN = 3
+# ... and at least this share of pypdf's letters (no words lost to another reading order)
+MIN_LETTER_SHARE = 0.95
 
 
 @contextmanager
@@ -48,14 +62,31 @@ def open_pages(data: bytes, password: str | None) -> Iterator[pdfium.PdfDocument
         pdf.close()
 
 
+def math_symbols(text: str) -> int:
+    """Mathematical symbols (not Greek letters: pdfium reads some Arabic fonts as Greek)."""
+    return sum(1 for c in text if unicodedata.category(c) == "Sm" or "\u2200" <= c <= "\u22ff")
+
+
+def pdfium_reads_better(pypdf_text: str, pdfium_text: str) -> bool:
+    """The measured rule (module docstring): pdfium's symbols, no letters lost."""
+    if math_symbols(pdfium_text) - math_symbols(pypdf_text) < MATH_GAIN:
+        return False
+    letters = sum(c.isalpha() for c in pypdf_text)
+    return sum(c.isalpha() for c in pdfium_text) >= MIN_LETTER_SHARE * letters
+
+
 def respace_page(pdf: pdfium.PdfDocument, index: int, text: str) -> str:
-    """pypdf's ``text`` of page ``index`` with the word gaps its geometry shows. Pages where
-    pdfium's own reading finds no more words than ``text`` has are returned untouched without
-    the per-glyph pass (most pages: it costs ~10 ms a page)."""
+    """pypdf's ``text`` of page ``index`` with the word gaps its geometry shows, or pdfium's
+    text where it reads the page's mathematics and pypdf does not. Pages where pdfium's own
+    reading finds no more words than ``text`` has are returned untouched without the
+    per-glyph pass (most pages: it costs ~10 ms a page)."""
     page = pdf[index]
     textpage = page.get_textpage()
     try:
-        if len(textpage.get_text_range().split()) <= len(text.split()):
+        own = textpage.get_text_range().translate(_PDFIUM_HYPHEN_TABLE)
+        if pdfium_reads_better(text, own):
+            return own
+        if len(own.split()) <= len(text.split()):
             return text
         glyphs, breaks = glyph_breaks(textpage)
     finally:

@@ -12,13 +12,15 @@ settings); tests/test_architecture.py fails on any use of ``.conn`` outside ``st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import hashlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from marginalia_core.config import POSTGRES_SCHEMES
+from marginalia_core.store.fingerprint import Fingerprint
 
 
 class ChunkRecord(Protocol):
@@ -110,7 +112,12 @@ class LibraryStore(LexicalSource, Protocol):
         locations: str = "[]",
         source_url: str | None = None,
         fetched_at: str | None = None,
+        parse_health: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]: ...
+
+    def near_duplicates(
+        self, print_: Fingerprint, *, exclude: str | None = None
+    ) -> list[tuple[dict[str, Any], float]]: ...
 
     def document_file(self, document_id: str) -> bytes | None: ...
 
@@ -151,10 +158,12 @@ class LibraryStore(LexicalSource, Protocol):
 
     def integrity_report(self) -> dict[str, Any]: ...
 
-    # embedding cache
-    def cached_vectors(self, keys: Sequence[str]) -> dict[str, np.ndarray]: ...
+    # embedding cache: vectors by (embedder key, text_hash(text))
+    def cached_embeddings(
+        self, embedder: str, hashes: Sequence[str]
+    ) -> dict[str, np.ndarray]: ...
 
-    def cache_vectors(self, vectors: dict[str, np.ndarray]) -> None: ...
+    def cache_embeddings(self, embedder: str, vectors: Mapping[str, np.ndarray]) -> None: ...
 
     def chunk_texts_and_vectors(
         self, embed_model: str, embed_dim: int
@@ -187,6 +196,7 @@ class LibraryStore(LexicalSource, Protocol):
         sources: Sequence[dict[str, Any]], *, query: str | None = None,
         documents: Any = ...,  # a list of ids, None (all) or rows.KEEP (leave as it is)
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",  # or "stopped": the reader stopped the answer
     ) -> tuple[dict[str, Any], dict[str, Any]]: ...
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]: ...
@@ -252,6 +262,12 @@ class DatabaseRanking(Protocol):
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
     def chunk_count(self, embed_model: str, embed_dim: int) -> int: ...
+
+
+def text_hash(text: str) -> str:
+    """The embedding cache's key for a text: SHA-256 of its UTF-8 bytes, hex (PostgreSQL's
+    ``sha256`` gives the same, so either side may compute it)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def is_postgres_url(url: str | None) -> bool:

@@ -16,6 +16,8 @@ import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
 from marginalia_core.citations import renumber_sources
+from marginalia_core.store.base import text_hash
+from marginalia_core.store.fingerprint import fingerprint
 
 MIGRATION_SET = "marginalia"
 # Releases up to 0.1 recorded applied steps here; their names are adopted on first open.
@@ -308,6 +310,61 @@ def m013_message_support(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN support TEXT")
 
 
+@migration
+def m015_embedding_cache(conn: sqlite3.Connection) -> None:
+    """Embed once: the cache is keyed by (embedder key, text hash) and used by ingestion,
+    re-indexing, resumed jobs and the lab's sweeps, so a text already embedded by an embedder is
+    never embedded by it again. The lab-only cache it replaces (one opaque key) is dropped; the
+    library's own chunks seed the new one, so re-indexing what was indexed before costs nothing.
+    ``WITHOUT ROWID``: the key is the table."""
+    run_statements(
+        conn,
+        "DROP TABLE IF EXISTS embedding_cache",
+        """CREATE TABLE embedding_cache (
+            embedder TEXT NOT NULL,
+            text_hash TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            PRIMARY KEY (embedder, text_hash)
+        ) WITHOUT ROWID""",
+    )
+    conn.create_function("marginalia_text_hash", 1, text_hash, deterministic=True)
+    conn.execute(
+        "INSERT OR IGNORE INTO embedding_cache (embedder, text_hash, vector) "
+        "SELECT d.embed_model || '@' || d.embed_dim, marginalia_text_hash(c.content), c.embedding "
+        "FROM chunks c JOIN documents d ON d.id = c.document_id"
+    )
+
+
+@migration
+def m017_document_fingerprint(conn: sqlite3.Connection) -> None:
+    """What a document is and how well it was read: its text hash after normalisation and its
+    passage hashes (``store.fingerprint``: a re-saved or one-byte-different copy is caught as a
+    near-duplicate, naming the one indexed), and its parse health (pages without text, OCR'd
+    or garbled pages, tables found: ``ingest.health``; ``{}`` for documents indexed before,
+    shown as "not checked"). Existing documents get their fingerprint from their stored text."""
+    run_statements(
+        conn,
+        "ALTER TABLE documents ADD COLUMN text_hash TEXT",
+        "ALTER TABLE documents ADD COLUMN fingerprint_units INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE documents ADD COLUMN parse_health TEXT NOT NULL DEFAULT '{}'",
+        "CREATE INDEX documents_text_hash ON documents(text_hash)",
+        """CREATE TABLE document_fingerprints (
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            unit_hash TEXT NOT NULL,
+            PRIMARY KEY (document_id, unit_hash)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX document_fingerprints_unit ON document_fingerprints(unit_hash)",
+    )
+    for doc_id, text in conn.execute("SELECT id, text FROM documents").fetchall():
+        print_ = fingerprint(text or "")
+        conn.execute("UPDATE documents SET text_hash = ?, fingerprint_units = ? WHERE id = ?",
+                     (print_.text_hash, len(print_.units), doc_id))
+        conn.executemany(
+            "INSERT INTO document_fingerprints (document_id, unit_hash) VALUES (?, ?)",
+            [(doc_id, u) for u in print_.units],
+        )
+
+
 # A PDF passage's label, as ``ingest.formats.location_label`` writes it for new documents.
 PDF_LOCATION_SQL = (
     "CASE WHEN page_start = page_end THEN 'p. ' || page_start "
@@ -336,6 +393,13 @@ def m018_document_source(conn: sqlite3.Connection) -> None:
 def m016_question_answers(conn: sqlite3.Connection) -> None:
     """A question's expected answer (empty: none given), for the lab's answer metrics."""
     conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")
+
+
+@migration
+def m014_message_status(conn: sqlite3.Connection) -> None:
+    """An answer's status: ``complete``, or ``stopped`` when the reader pressed Stop (what was
+    said so far is kept with its question, marked as such)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
 
 
 def migrate(conn: sqlite3.Connection) -> list[str]:

@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -31,6 +31,12 @@ from psycopg import sql
 from marginalia_core.config import mask_url
 from marginalia_core.errors import NotFoundError
 from marginalia_core.store.base import ChunkRecord
+from marginalia_core.store.fingerprint import (
+    NEAR_DUPLICATE_SHARE,
+    Fingerprint,
+    fingerprint,
+    shared_share,
+)
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import DOCUMENT_SOURCE_STATEMENTS, run_statements
@@ -273,6 +279,63 @@ def p006_message_support(conn: psycopg.Connection) -> None:
 
 
 @pg_migration
+def p008_embedding_cache(conn: psycopg.Connection) -> None:
+    """SQLite's m015: the embedding cache keyed by (embedder key as the providers spell it,
+    ``model@dimension``; text hash), seeded from the library's chunks (``sha256`` of the UTF-8 text, as ``base.text_hash``; the vector as
+    little-endian float32 bytes, as SQLite keeps it)."""
+    run_statements(
+        conn,
+        "DROP TABLE IF EXISTS embedding_cache",
+        """CREATE TABLE embedding_cache (
+            embedder TEXT NOT NULL,
+            text_hash TEXT NOT NULL,
+            vector BYTEA NOT NULL,
+            PRIMARY KEY (embedder, text_hash)
+        )""",
+    )
+    rows = conn.execute(
+        "SELECT d.embed_model || '@' || d.embed_dim, "
+        "encode(sha256(convert_to(c.content, 'UTF8')), 'hex'), c.embedding::real[] "
+        "FROM chunks c JOIN documents d ON d.id = c.document_id"
+    )
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO embedding_cache (embedder, text_hash, vector) VALUES (%s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            [(key, digest, np.asarray(vec, dtype=VECTOR_DTYPE).tobytes())
+             for key, digest, vec in rows],
+        )
+
+
+@pg_migration
+def p009_document_fingerprint(conn: psycopg.Connection) -> None:
+    """SQLite's m017: each document's normalised text hash, passage hashes and parse health;
+    existing documents fingerprinted from their stored text."""
+    run_statements(
+        conn,
+        "ALTER TABLE documents ADD COLUMN text_hash TEXT",
+        "ALTER TABLE documents ADD COLUMN fingerprint_units INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE documents ADD COLUMN parse_health TEXT NOT NULL DEFAULT '{}'",
+        "CREATE INDEX documents_text_hash ON documents(text_hash)",
+        """CREATE TABLE document_fingerprints (
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            unit_hash TEXT NOT NULL,
+            PRIMARY KEY (document_id, unit_hash)
+        )""",
+        "CREATE INDEX document_fingerprints_unit ON document_fingerprints(unit_hash)",
+    )
+    for doc_id, text in conn.execute("SELECT id, text FROM documents").fetchall():
+        print_ = fingerprint(text or "")
+        conn.execute("UPDATE documents SET text_hash = %s, fingerprint_units = %s WHERE id = %s",
+                     (print_.text_hash, len(print_.units), doc_id))
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO document_fingerprints (document_id, unit_hash) VALUES (%s, %s)",
+                [(doc_id, u) for u in print_.units],
+            )
+
+
+@pg_migration
 def p010_document_source(conn: psycopg.Connection) -> None:
     """m018_document_source: locations of documents without pages, a web page's source."""
     run_statements(conn, *DOCUMENT_SOURCE_STATEMENTS)
@@ -284,9 +347,16 @@ def p011_question_answers(conn: psycopg.Connection) -> None:
     conn.execute("ALTER TABLE questions ADD COLUMN answer TEXT NOT NULL DEFAULT ''")
 
 
+@pg_migration
+def p007_message_status(conn: psycopg.Connection) -> None:
+    """An answer's status: ``complete``, or ``stopped`` (the reader pressed Stop)."""
+    conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
+
+
 def _document(row: dict[str, Any]) -> dict[str, Any]:
     """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
     row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
+    row["parse_health"] = json.loads(row.get("parse_health") or "{}")
     return row
 
 
@@ -532,11 +602,12 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         locations: str = "[]",
         source_url: str | None = None,
         fetched_at: str | None = None,
+        parse_health: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction (``replace_id``
         is deleted in the same one, so readers see the old version or the new, never neither;
         ``original`` keeps the file's bytes, for page views; ``ocr_pages`` the pages read by
-        OCR)."""
+        OCR; its fingerprint and ``parse_health`` go with it, as on SQLite)."""
         if len(chunks) != len(embeddings):
             raise ValueError("every chunk needs exactly one embedding")
         if len(chunks) and embeddings.shape[1] != embed_dim:
@@ -558,7 +629,9 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             "locations": locations,
             "source_url": source_url,
             "fetched_at": fetched_at,
+            "parse_health": dict(parse_health or {}),
         }
+        print_ = fingerprint(text)
         key = embedder_key(embed_model, embed_dim)
         vectors = np.asarray(embeddings, dtype=VECTOR_DTYPE).reshape(len(chunks), int(embed_dim))
         raw = self.raw
@@ -572,14 +645,23 @@ class PostgresStore(JobTable, LibrarySettingsTable):
                 and raw.execute("DELETE FROM documents WHERE id = %s", (replace_id,)).rowcount
             )
             raw.execute(
-                f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts) VALUES "
+                f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts, text_hash, "
+                "fingerprint_units) VALUES "
                 "(%(id)s, %(name)s, %(mime)s, %(size)s, %(chunk_count)s, %(page_count)s, "
                 "%(content_hash)s, %(embed_model)s, %(embed_dim)s, %(chunk_target)s, "
                 "%(chunk_overlap)s, %(created)s, %(ocr_pages)s, %(locations)s, %(source_url)s, "
-                "%(fetched_at)s, %(text)s, %(page_starts)s)",
+                "%(fetched_at)s, %(parse_health)s, %(text)s, %(page_starts)s, %(text_hash)s, "
+                "%(units)s)",
                 {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
-                 "ocr_pages": json.dumps(doc["ocr_pages"])},
+                 "ocr_pages": json.dumps(doc["ocr_pages"]),
+                 "parse_health": json.dumps(doc["parse_health"]),
+                 "text_hash": print_.text_hash, "units": len(print_.units)},
             )
+            with raw.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO document_fingerprints (document_id, unit_hash) VALUES (%s, %s)",
+                    [(doc["id"], u) for u in print_.units],
+                )
             if original is not None:
                 raw.execute(
                     "INSERT INTO document_files (document_id, data) VALUES (%s, %s)",
@@ -636,6 +718,30 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         raw.execute(
             "INSERT INTO vector_indexes (embedder, dim, name) VALUES (%s, %s, %s)", (key, dim, name)
         )
+
+    def near_duplicates(
+        self, print_: Fingerprint, *, exclude: str | None = None
+    ) -> list[tuple[dict[str, Any], float]]:
+        """As ``sqlite.Store.near_duplicates``."""
+        raw = self.raw
+        found: dict[str, float] = {
+            r[0]: 1.0 for r in raw.execute(
+                "SELECT id FROM documents WHERE text_hash = %s", (print_.text_hash,))
+        }
+        if print_.units:
+            rows = raw.execute(
+                "SELECT f.document_id, COUNT(*), d.fingerprint_units FROM document_fingerprints f "
+                "JOIN documents d ON d.id = f.document_id WHERE f.unit_hash = ANY(%s) "
+                "GROUP BY f.document_id, d.fingerprint_units",
+                (sorted(print_.units),),
+            )
+            for doc_id, shared, theirs in rows:
+                share = shared_share(int(shared), len(print_.units), int(theirs))
+                if share >= NEAR_DUPLICATE_SHARE:
+                    found[doc_id] = max(found.get(doc_id, 0.0), share)
+        found.pop(exclude or "", None)
+        ranked = sorted(found.items(), key=lambda kv: -kv[1])
+        return [(self.get_document(doc_id), share) for doc_id, share in ranked]
 
     def list_documents(self) -> list[dict[str, Any]]:
         rows = self._dicts(f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC")
@@ -958,22 +1064,26 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     # -- embedding cache ---------------------------------------------------------------------
 
-    def cached_vectors(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        if not keys:
+    def cached_embeddings(self, embedder: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        if not hashes:
             return {}
         rows = self.raw.execute(
-            "SELECT key, vector FROM embedding_cache WHERE key = ANY(%s)", (list(keys),)
+            "SELECT text_hash, vector FROM embedding_cache WHERE embedder = %s "
+            "AND text_hash = ANY(%s)",
+            (embedder, list(dict.fromkeys(hashes))),
         ).fetchall()
-        return {k: np.frombuffer(bytes(v), dtype=VECTOR_DTYPE) for k, v in rows}
+        return {h: np.frombuffer(bytes(v), dtype=VECTOR_DTYPE) for h, v in rows}
 
-    def cache_vectors(self, vectors: dict[str, np.ndarray]) -> None:
+    def cache_embeddings(self, embedder: str, vectors: Mapping[str, np.ndarray]) -> None:
         if not vectors:
             return
         raw = self.raw
         with raw.transaction(), raw.cursor() as cur:
             cur.executemany(
-                "INSERT INTO embedding_cache (key, vector) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                [(k, np.asarray(v, dtype=VECTOR_DTYPE).tobytes()) for k, v in vectors.items()],
+                "INSERT INTO embedding_cache (embedder, text_hash, vector) VALUES (%s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                [(embedder, h, np.asarray(v, dtype=VECTOR_DTYPE).tobytes())
+                 for h, v in vectors.items()],
             )
 
     def chunk_texts_and_vectors(
@@ -1085,8 +1195,10 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A question with its complete answer (creating the conversation if new), one
+        """A question with its complete (or stopped: ``status``) answer (creating the
+        conversation if new), one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
         searched (kept on the answer); ``documents`` sets the conversation's scope (None or
         empty: all), ``KEEP`` leaves it as it is."""
@@ -1105,7 +1217,8 @@ class PostgresStore(JobTable, LibrarySettingsTable):
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query, support=support
+                conversation_id, "assistant", answer, sources, query=query, support=support,
+                status=status,
             )
         return user, assistant
 
@@ -1118,6 +1231,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         *,
         query: str | None = None,
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",
     ) -> dict[str, Any]:
         """Insert a message inside an open ``write()`` transaction and touch its conversation.
         ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
@@ -1132,11 +1246,12 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             "created": stamp,
             "query": query,
             "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
+            "status": status,
         }
         raw.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
-            "support) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
-            "%(created)s, %(query)s, %(support)s)",
+            "support, status) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
+            "%(created)s, %(query)s, %(support)s, %(status)s)",
             msg,
         )
         raw.execute(
@@ -1147,7 +1262,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         query = (
-            "SELECT id, conversation_id, role, content, sources, created, query, support "
+            "SELECT id, conversation_id, role, content, sources, created, query, support, status "
             "FROM messages "
             "WHERE conversation_id = %s ORDER BY created DESC, seq DESC"
         )
@@ -1170,6 +1285,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 COPIED_TABLES = (
     ("documents", "created, id"),
     ("document_files", "document_id"),
+    ("document_fingerprints", "document_id, unit_hash"),
     ("conversations", "created, id"),
     ("messages", "created, rowid"),
     ("question_sets", "created, id"),
@@ -1177,7 +1293,7 @@ COPIED_TABLES = (
     ("judgments", "id"),
     ("retrieval_configs", "name"),
     ("library_settings", "key"),
-    ("embedding_cache", "key"),
+    ("embedding_cache", "embedder, text_hash"),
 )
 VECTOR_SAMPLE = 200  # chunks whose vectors are compared bit for bit after the copy
 

@@ -15,7 +15,8 @@ VECTOR_DTYPE = np.dtype("<f4")  # float32 little-endian, as SPEC.md stores them
 # the documents columns both backends select, in this order
 DOCUMENT_COLUMNS = (
     "id, name, mime, size, chunk_count, page_count, content_hash, embed_model, embed_dim, "
-    "chunk_target, chunk_overlap, created, ocr_pages, locations, source_url, fetched_at"
+    "chunk_target, chunk_overlap, created, ocr_pages, locations, source_url, fetched_at, "
+    "parse_health"
 )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,12 @@ import sqlite_utils
 
 from marginalia_core.errors import NotFoundError
 from marginalia_core.store.base import ChunkRecord
+from marginalia_core.store.fingerprint import (
+    NEAR_DUPLICATE_SHARE,
+    Fingerprint,
+    fingerprint,
+    shared_share,
+)
 from marginalia_core.store.fts import SqliteLexical
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
@@ -39,12 +45,14 @@ from marginalia_core.store.rows import (
 
 BUSY_TIMEOUT_MS = 30_000
 LOAD_PAGE_ROWS = 4096
+CACHE_LOOKUP_ROWS = 500  # text hashes per embedding-cache query
 
 
 def _document(row: sqlite3.Row) -> dict[str, Any]:
     """A documents row as a dict; ``ocr_pages`` decoded to its list of page numbers."""
     doc = dict(row)
     doc["ocr_pages"] = json.loads(doc.get("ocr_pages") or "[]")
+    doc["parse_health"] = json.loads(doc.get("parse_health") or "{}")
     return doc
 
 
@@ -170,8 +178,12 @@ class Store(JobTable, LibrarySettingsTable):
         locations: str = "[]",
         source_url: str | None = None,
         fetched_at: str | None = None,
+        parse_health: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write a document and every chunk with its vector in one transaction.
+
+        Its fingerprint (``store.fingerprint``) goes with it, for near-duplicate checks;
+        ``parse_health`` is what extraction could not read well (``ingest.health``).
 
         ``original`` keeps the file's bytes (PDFs, for page views) in the same transaction.
 
@@ -199,7 +211,9 @@ class Store(JobTable, LibrarySettingsTable):
             "locations": locations,
             "source_url": source_url,
             "fetched_at": fetched_at,
+            "parse_health": dict(parse_health or {}),
         }
+        print_ = fingerprint(text)
         rows = [
             (
                 doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
@@ -213,12 +227,20 @@ class Store(JobTable, LibrarySettingsTable):
                 and conn.execute("DELETE FROM documents WHERE id = ?", (replace_id,)).rowcount
             )
             conn.execute(
-                f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts) VALUES "
+                f"INSERT INTO documents ({DOCUMENT_COLUMNS}, text, page_starts, text_hash, "
+                "fingerprint_units) VALUES "
                 "(:id, :name, :mime, :size, :chunk_count, :page_count, :content_hash, "
                 ":embed_model, :embed_dim, :chunk_target, :chunk_overlap, :created, "
-                ":ocr_pages, :locations, :source_url, :fetched_at, :text, :page_starts)",
+                ":ocr_pages, :locations, :source_url, :fetched_at, :parse_health, :text, "
+                ":page_starts, :text_hash, :units)",
                 {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
-                 "ocr_pages": json.dumps(doc["ocr_pages"])},
+                 "ocr_pages": json.dumps(doc["ocr_pages"]),
+                 "parse_health": json.dumps(doc["parse_health"]),
+                 "text_hash": print_.text_hash, "units": len(print_.units)},
+            )
+            conn.executemany(
+                "INSERT INTO document_fingerprints (document_id, unit_hash) VALUES (?, ?)",
+                [(doc["id"], u) for u in print_.units],
             )
             conn.executemany(
                 'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
@@ -232,6 +254,30 @@ class Store(JobTable, LibrarySettingsTable):
                 )
             self._bump_generation(conn, deleted=replaced)
         return doc
+
+    def near_duplicates(
+        self, print_: Fingerprint, *, exclude: str | None = None
+    ) -> list[tuple[dict[str, Any], float]]:
+        """Documents whose text is the same as ``print_``'s after normalisation (share 1.0) or
+        that share at least ``NEAR_DUPLICATE_SHARE`` of the passages, best first."""
+        found: dict[str, float] = {
+            r[0]: 1.0 for r in self.conn.execute(
+                "SELECT id FROM documents WHERE text_hash = ?", (print_.text_hash,))
+        }
+        if print_.units:
+            rows = self.conn.execute(
+                "SELECT f.document_id, COUNT(*), d.fingerprint_units FROM document_fingerprints f "
+                "JOIN documents d ON d.id = f.document_id WHERE f.unit_hash IN "
+                "(SELECT value FROM json_each(?)) GROUP BY f.document_id",
+                (json.dumps(sorted(print_.units)),),
+            )
+            for doc_id, shared, theirs in rows:
+                share = shared_share(int(shared), len(print_.units), int(theirs))
+                if share >= NEAR_DUPLICATE_SHARE:
+                    found[doc_id] = max(found.get(doc_id, 0.0), share)
+        found.pop(exclude or "", None)
+        ranked = sorted(found.items(), key=lambda kv: -kv[1])
+        return [(self.get_document(doc_id), share) for doc_id, share in ranked]
 
     def list_documents(self) -> list[dict[str, Any]]:
         rows = self.conn.execute(
@@ -471,27 +517,31 @@ class Store(JobTable, LibrarySettingsTable):
     def chunks_containing(self, term: str, chunk_ids: Sequence[int]) -> list[int]:
         return SqliteLexical(self.conn).chunks_containing(term, chunk_ids)
 
-    # -- embedding cache (the retrieval lab's sweeps) ----------------------------------------
+    # -- embedding cache (ingestion, re-indexing, resumed jobs, the lab's sweeps) -------------
 
-    def cached_vectors(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        """Cached vectors by text key; missing keys are absent."""
-        out = {}
-        for k in keys:
-            row = self.conn.execute(
-                "SELECT vector FROM embedding_cache WHERE key = ?", (k,)
-            ).fetchone()
-            if row is not None:
-                out[k] = blob_to_vector(row[0])
+    def cached_embeddings(self, embedder: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Cached vectors of ``embedder`` by text hash (``base.text_hash``); misses are absent."""
+        out: dict[str, np.ndarray] = {}
+        wanted = list(dict.fromkeys(hashes))
+        for start in range(0, len(wanted), CACHE_LOOKUP_ROWS):
+            part = wanted[start : start + CACHE_LOOKUP_ROWS]
+            rows = self.conn.execute(
+                "SELECT text_hash, vector FROM embedding_cache WHERE embedder = ? "
+                "AND text_hash IN (SELECT value FROM json_each(?))",
+                (embedder, json.dumps(part)),
+            )
+            out.update((h, blob_to_vector(v)) for h, v in rows)
         return out
 
-    def cache_vectors(self, vectors: dict[str, np.ndarray]) -> None:
-        """Add vectors by text key in one transaction (a key already cached is kept)."""
+    def cache_embeddings(self, embedder: str, vectors: Mapping[str, np.ndarray]) -> None:
+        """Add vectors by text hash in one transaction (a hash already cached is kept)."""
         if not vectors:
             return
         with self.write() as conn:
             conn.executemany(
-                "INSERT OR IGNORE INTO embedding_cache (key, vector) VALUES (?, ?)",
-                [(k, vector_to_blob(v)) for k, v in vectors.items()],
+                "INSERT OR IGNORE INTO embedding_cache (embedder, text_hash, vector) "
+                "VALUES (?, ?, ?)",
+                [(embedder, h, vector_to_blob(v)) for h, v in vectors.items()],
             )
 
     def chunk_texts_and_vectors(
@@ -642,8 +692,10 @@ class Store(JobTable, LibrarySettingsTable):
         query: str | None = None,
         documents: Sequence[str] | None | Keep = KEEP,
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Save a question with its complete answer (creating the conversation if new) in one
+        """Save a question with its complete (or stopped: ``status``) answer (creating the
+        conversation if new) in one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
         searched for it (kept on the answer); ``documents`` sets the conversation's document
         scope (None or empty: all), ``KEEP`` leaves it as it is."""
@@ -661,7 +713,8 @@ class Store(JobTable, LibrarySettingsTable):
                 )
             user = self._insert_message(conversation_id, "user", question, ())
             assistant = self._insert_message(
-                conversation_id, "assistant", answer, sources, query=query, support=support
+                conversation_id, "assistant", answer, sources, query=query, support=support,
+                status=status,
             )
         return user, assistant
 
@@ -674,6 +727,7 @@ class Store(JobTable, LibrarySettingsTable):
         *,
         query: str | None = None,
         support: Sequence[dict[str, Any]] | None = None,
+        status: str = "complete",
     ) -> dict[str, Any]:
         """Insert a message inside an open ``write()`` transaction and touch its conversation.
         ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
@@ -687,12 +741,13 @@ class Store(JobTable, LibrarySettingsTable):
             "created": stamp,
             "query": query,
             "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
+            "status": status,
         }
         conn = self.conn
         conn.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
-            "support) VALUES (:id, :conversation_id, :role, :content, :sources, :created, :query, "
-            ":support)",
+            "support, status) VALUES (:id, :conversation_id, :role, :content, :sources, "
+            ":created, :query, :support, :status)",
             msg,
         )
         conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
@@ -703,7 +758,7 @@ class Store(JobTable, LibrarySettingsTable):
         """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones. An
         answer's ``query`` is what was searched for it (None on questions and older answers)."""
         sql = (
-            "SELECT id, conversation_id, role, content, sources, created, query, support "
+            "SELECT id, conversation_id, role, content, sources, created, query, support, status "
             "FROM messages "
             "WHERE conversation_id = ? ORDER BY created DESC, rowid DESC"
         )
