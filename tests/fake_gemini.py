@@ -123,7 +123,7 @@ class FakeGeminiServer(FakeServer):
 
     def settings(self, **overrides: Any) -> Any:
         """``Settings`` pointing at this server (key, base URL, a short timeout) plus overrides."""
-        from marginalia_core.config import Settings
+        from marginalia_core.config import RetrievalConfig, Settings
 
         values: dict[str, Any] = {
             "gemini_api_key": self.api_key,
@@ -131,7 +131,8 @@ class FakeGeminiServer(FakeServer):
             "gemini_timeout_s": 5.0,
         }
         values.update(overrides)
-        return Settings(**values)
+        retrieval = {k: values.pop(k) for k in list(values) if RetrievalConfig.field_name(k)}
+        return Settings(**values).with_overrides(**retrieval)  # top_k, threshold, ...
 
     @property
     def stream_events_sent(self) -> int:

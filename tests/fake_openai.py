@@ -137,7 +137,7 @@ class FakeOpenAIServer(FakeServer):
 
     def settings(self, **overrides: Any) -> Any:
         """``Settings`` using this server for answers and embeddings (short timeout)."""
-        from marginalia_core.config import Settings
+        from marginalia_core.config import RetrievalConfig, Settings
 
         values: dict[str, Any] = {
             "answerer": "openai",
@@ -148,7 +148,8 @@ class FakeOpenAIServer(FakeServer):
             "openai_timeout_s": 5.0,
         }
         values.update(overrides)
-        return Settings(**values)
+        retrieval = {k: values.pop(k) for k in list(values) if RetrievalConfig.field_name(k)}
+        return Settings(**values).with_overrides(**retrieval)  # top_k, threshold, ...
 
     def env(self, **overrides: str) -> dict[str, str]:
         """Environment variables selecting this server (for a subprocess)."""

@@ -232,7 +232,7 @@ def test_applied_settings_reach_every_workspace_on_postgres(pg_database, local_e
     from marginalia_core.workspace import Workspace
 
     defaults = Settings(db_path=":memory:", database_url=pg_database, embedder="local",
-                        answerer="extractive", top_k=5)
+                        answerer="extractive").with_overrides(top_k=5)
     first, second = Workspace(defaults), Workspace(defaults)
     for ws in (first, second):
         ws.__dict__["embedder"] = local_embedder
