@@ -58,6 +58,7 @@ PDFS = ROOT.parent / "shared" / "eval" / "pdfs"
 FILE_REASONS = {
     "unsupported", "binary", "encoding", "encrypted", "wrong_password", "no_text", "corrupt",
     "empty", "too_large", "unreadable", "mislabelled", "macros",
+    "near_duplicate",  # the same text as a document already indexed (issue 26): refused, named
 }
 DAMAGED = {"indexed", "corrupt", "no_text", "empty", "mislabelled"}  # acceptable for random damage
 FIGURES: dict[str, object] = {}
@@ -103,6 +104,8 @@ def outcome(events: list[dict]) -> str:
     assert last["reason"] != "internal", f"unhandled exception: {last['message']}"
     assert last["reason"] in FILE_REASONS, last
     assert last["message"].strip() and "Traceback" not in last["message"]
+    if last["reason"] == "near_duplicate":  # the refusal names the document it matches
+        assert last["existing_name"] in last["message"] and last["existing_id"], last
     return last["reason"]
 
 
@@ -322,7 +325,9 @@ def test_every_eval_pdf_is_indexed_or_refused_with_its_reason(pdf_dir, env, ever
         "slowest": slowest[1]}
     assert outcomes["sf__imagemagick-CCITTFaxDecode.pdf"] == "no_text"
     assert outcomes["pypdf__encrypted-file.pdf"] == "encrypted"
-    assert counts.get("indexed", 0) >= (18 if everything else 17)
+    # two eval PDFs repeat another's text (r6-user-password ~ r2-owner-password, with-attachment
+    # ~ minimal-document): refused as near-duplicates naming the first, so they count as read
+    assert counts.get("indexed", 0) + counts.get("near_duplicate", 0) >= (18 if everything else 17)
 
 
 # ----------------------------------------------------------------------- generated hostile files
@@ -934,12 +939,12 @@ def test_a_locked_pdf_keeps_asking_for_its_password_after_a_reload(
         first.switch_page("pages/documents.py").run()
         first.file_uploader[0].set_value([(LOCKED, locked_pdf, "application/pdf")]).run()
         settle(first, db)
-        assert not [s for s in first.subheader if s.value == "Waiting for a password"]  # its card
+        assert not [s for s in first.subheader if s.value == "Waiting for you"]  # its card
 
         later = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
         later.switch_page("pages/documents.py").run()
         assert not later.exception
-        assert [s.value for s in later.subheader if s.value == "Waiting for a password"]
+        assert [s.value for s in later.subheader if s.value == "Waiting for you"]
         (card,) = [s for s in later.status if "password-protected" in s.label]
         assert LOCKED in _plain(card.label)
         field = next(t for t in later.text_input if t.label == f"Password for {LOCKED}")
@@ -948,7 +953,7 @@ def test_a_locked_pdf_keeps_asking_for_its_password_after_a_reload(
         settle(later, db)
         assert not later.exception
         assert later.dataframe[0].value["Document"].tolist() == [LOCKED]
-        assert not [s for s in later.subheader if s.value == "Waiting for a password"]
+        assert not [s for s in later.subheader if s.value == "Waiting for you"]
 
         # a second locked upload, discarded from a fresh session: its bytes go
         again = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
@@ -960,7 +965,7 @@ def test_a_locked_pdf_keeps_asking_for_its_password_after_a_reload(
         fresh.switch_page("pages/documents.py").run()
         next(b for b in fresh.button if b.label == "Discard").click().run()
         assert not fresh.exception
-        assert not [s for s in fresh.subheader if s.value == "Waiting for a password"]
+        assert not [s for s in fresh.subheader if s.value == "Waiting for you"]
         with sqlite3.connect(db) as conn:
             held = conn.execute("SELECT count(*) FROM ingest_jobs WHERE data IS NOT NULL")
             assert held.fetchone()[0] == 0
