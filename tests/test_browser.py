@@ -610,8 +610,12 @@ def slow_server(chromium_path, tmp_path_factory):
 def _long_pdf_payload(name: str) -> dict:
     from pdf_maker import book_pages, text_pdf
 
-    # a title page of its own, so two uploads are two documents, not a duplicate
-    data = text_pdf([f"{name}: a long test book."] + book_pages(LONG_PAGES - 1, lines=LINES_PER_PAGE))
+    # every line names its book (a line repeated on each page would be dropped as a running
+    # head): two uploads are two documents, neither a near-duplicate of the other (issue 26)
+    # nor read from the embedding cache, so each one really embeds
+    pages = book_pages(LONG_PAGES - 1, lines=LINES_PER_PAGE)
+    named = [page.replace("Page ", f"{name} page ") for page in pages]
+    data = text_pdf([f"{name}: a long test book."] + named)
     return {"name": name, "mimeType": "application/pdf", "buffer": data}
 
 
@@ -728,12 +732,12 @@ def test_cancel_a_running_job_leaves_nothing_half_written(browser, slow_server):
     from playwright.sync_api import expect
 
     url, db = slow_server
-    before = _db_counts(db)
     context = browser.new_context(viewport=VIEWPORT)
     pg = context.new_page()
     pg.set_default_timeout(30_000)
     pg.goto(url)
     idle(pg)
+    before = _db_counts(db)  # after the first page run, which creates the tables
     upload(pg, _long_pdf_payload("to-cancel.pdf"))
     queue_item = pg.locator('[class*="st-key-job-"]').filter(has_text="to-cancel.pdf")
     expect(queue_item).to_contain_text("passages embedded", timeout=120_000)
