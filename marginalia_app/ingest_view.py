@@ -100,10 +100,6 @@ def watch(label: str, stream: Iterator[events.IngestEvent], name: str) -> Ingest
     return outcome
 
 
-def ingest_one(ws: Workspace, name: str, data: bytes, mime: str | None = None) -> IngestOutcome:
-    return watch(name, ws.ingest(name, data, mime=mime), name)
-
-
 def own_jobs(jobs: Iterable[Job] = ()) -> None:
     """Jobs this tab submitted (or runs inline) are not news to it: the indicator will not
     announce them as having ended elsewhere."""

@@ -350,13 +350,16 @@ def passage_html(content: str, mime: str | None, sentences: Sequence[str] = ()) 
 # cards
 
 def card_label(source: dict[str, Any], mime: str | None) -> str:
-    """Plain text "[1] report.pdf · p. 3 · 82 %"; no page for text and markdown files."""
+    """Plain text "[1] report.pdf · p. 3 · 82 %"; no page for text and markdown files; a
+    passage read from a scan says "· OCR" after its pages (its text may hold misreadings)."""
     name = " ".join(str(source.get("document_name", "")).split())
     parts = [name if source.get("n") is None else f"[{source['n']}] {name}"]
     pages = fmt.page_label(source.get("page"), source.get("page_end"), mime,
                            str(source.get("location") or ""))
     if pages:
         parts.append(pages)
+    if source.get("ocr"):
+        parts.append("OCR")
     if source.get("score") is not None:
         parts.append(fmt.percent(source.get("score")))
     return " · ".join(parts)

@@ -11,8 +11,8 @@ Streamlit directive:
   (``< [ ] ! $ & : @ \\``, and ``www.``), turns valid citation marks into badges and shows
   invalid ones as flagged plain text. It can run on a growing prefix while an answer streams:
   the output for a prefix is always a prefix of the output for the whole answer.
-* ``cited_sentences`` / ``highlight_spans`` / ``passage_markdown`` find the part of a passage
-  an answer sentence cited and mark it in the margin.
+* ``cited_sentences`` / ``highlight_spans`` find the part of a passage an answer sentence
+  cited; ``marginalia_app.passages`` marks it in the margin's HTML.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ _ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _ANSWER_ESCAPE = frozenset("\\[]<!$&:@")
 
 BADGE_COLOR = "blue"
-HIGHLIGHT = "orange-background"
 STEM_CHARS = 4  # term_spans: shortest term matched by prefix
 INVALID_MARK_COLOR = "red"
 UNSUPPORTED_COLOR = "orange"  # the "not found in [n]" note on a mark whose passage lacks its sentence
@@ -428,34 +427,8 @@ def highlight_spans(display: str, sentences: Sequence[str]) -> list[tuple[int, i
     return merged
 
 
-def _mark(segment: str) -> str:
-    core = segment.strip()
-    if not core:
-        return escape_markdown(segment)
-    lead = segment[: len(segment) - len(segment.lstrip())]
-    trail = segment[len(segment.rstrip()) :]
-    return f"{lead}:{HIGHLIGHT}[**{escape_markdown(core)}**]{trail}"
-
-
-def passage_markdown(
-    content: str,
-    spans: Sequence[tuple[int, int]] = (),
-    *,
-    window: tuple[int, int] | None = None,
-) -> str:
-    """The passage as literal markdown, with ``spans`` of ``display_text(content)``
-    highlighted (bold on a highlighter background). ``window`` limits it to that part of
-    the display text, with "…" where text was left out."""
-    display = display_text(content)
-    lo, hi = window or (0, len(display))
-    prefix = "… " if lo > 0 else ""
-    suffix = " …" if hi < len(display) else ""
-    shifted = [(max(a, lo) - lo, min(b, hi) - lo) for a, b in spans if b > lo and a < hi]
-    return prefix + _highlighted(display[lo:hi], shifted) + suffix
-
-
 def term_spans(content: str, terms: Sequence[str]) -> list[tuple[int, int]]:
-    """Where the query's ``terms`` occur in ``display_text(content)``, for ``passage_markdown``.
+    """Where the query's ``terms`` occur in ``display_text(content)``, for the margin's HTML.
     A word matches a term it starts with when both share at least STEM_CHARS letters, a rough
     stand-in for the index's porter stemming ("margins" for "margin")."""
     display = display_text(content)
@@ -469,47 +442,6 @@ def term_spans(content: str, terms: Sequence[str]) -> list[tuple[int, int]]:
                for t in words):
             spans.append(m.span())
     return spans
-
-
-def cited_window(
-    content: str, spans: Sequence[tuple[int, int]], context: int = 1
-) -> tuple[int, int] | None:
-    """The part of ``display_text(content)`` worth showing first: the highlighted spans plus
-    ``context`` sentences on each side (within their paragraphs). None when that is
-    (nearly) the whole passage or nothing is highlighted."""
-    if not spans:
-        return None
-    display = display_text(content)
-    sentences = _sentence_spans(display)
-    first = min(a for a, _ in spans)
-    last = max(b for _, b in spans)
-    before = [i for i, (a, b) in enumerate(sentences) if b > first]
-    after = [i for i, (a, b) in enumerate(sentences) if a < last]
-    if not before or not after:
-        return None
-    lo = sentences[max(0, before[0] - context)][0]
-    hi = sentences[min(len(sentences) - 1, after[-1] + context)][1]
-    lo = min(lo, first)
-    hi = max(hi, last)
-    if hi - lo >= 0.85 * len(display):
-        return None
-    return lo, hi
-
-
-def _highlighted(display: str, spans: Sequence[tuple[int, int]]) -> str:
-    out: list[str] = []
-    pos = 0
-    for a, b in spans:
-        a, b = max(a, pos), min(b, len(display))
-        if a >= b:
-            continue
-        out.append(escape_markdown(display[pos:a]))
-        # a highlight never crosses a paragraph break
-        parts = display[a:b].split("\n\n")
-        out.append("\n\n".join(_mark(part) for part in parts))
-        pos = b
-    out.append(escape_markdown(display[pos:]))
-    return "".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -631,21 +563,6 @@ def health_details(doc: dict[str, Any]) -> list[str]:
 def has_health_problems(doc: dict[str, Any]) -> bool:
     health = doc.get("parse_health") or {}
     return any(health.get(key) for key, _ in _HEALTH_PROBLEMS)
-
-
-def source_label(source: dict[str, Any], *, with_score: bool = True) -> str:
-    """Plain text "[1] report.pdf · p. 3 · 82 %" (escape before using it as markdown); a
-    passage read from a scan says "· OCR" after its pages."""
-    parts = [f"[{source.get('n', '?')}] {' '.join(str(source.get('document_name', '')).split())}"]
-    pages = page_label(source.get("page"), source.get("page_end"),
-                       location=str(source.get("location") or ""))
-    if pages:
-        parts.append(pages)
-    if source.get("ocr"):
-        parts.append("OCR")
-    if with_score and source.get("score") is not None:
-        parts.append(percent(source.get("score")))
-    return " · ".join(parts)
 
 
 def format_created(stamp: str | None) -> str:

@@ -62,21 +62,6 @@ def pending_tail(text: str) -> int:
     return open_at if re.fullmatch(r"[\d\s,;–-]{0,20}", tail) else len(text)
 
 
-def split_marks(text: str, k: int) -> list[tuple[str, Mark | None, bool]]:
-    """Text split into (segment, mark or None, valid) pieces, for renderers that turn valid marks
-    into links and show invalid ones as plain, flagged text."""
-    pieces: list[tuple[str, Mark | None, bool]] = []
-    pos = 0
-    for mark in find_marks(text):
-        if mark.start > pos:
-            pieces.append((text[pos : mark.start], None, False))
-        pieces.append((text[mark.start : mark.end], mark, mark.valid(k)))
-        pos = mark.end
-    if pos < len(text):
-        pieces.append((text[pos:], None, False))
-    return pieces
-
-
 def first_cited_order(text: str, sources: int | Collection[int]) -> list[int]:
     """The valid source numbers in the order the text first cites them."""
     known = (lambda n: 1 <= n <= sources) if isinstance(sources, int) else sources.__contains__

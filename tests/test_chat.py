@@ -17,7 +17,7 @@ from marginalia_core.providers.answerers.gemini import GeminiAnswerer
 from marginalia_core.providers.answerers.prompting import (
     NO_DOCUMENTS_ANSWER,
     NO_SOURCES_ANSWER,
-    retrieval_query,
+    rewrite_follow_up,
 )
 from marginalia_core.providers.gemini_client import KEY_REJECTED, RetryPolicy
 from marginalia_core.workspace import Workspace
@@ -193,10 +193,10 @@ def test_follow_up_retrieves_with_the_previous_question(docs):
     assert_shape(follow, "done")
     assert follow[0]["sources"][0]["document_name"] == "mill.txt"
     assert text_of(follow) != text_of(first)  # something new, not the same sentences
-    assert retrieval_query("and in 1990?", [{"role": "user", "content": "The mill?"}]) == (
+    assert rewrite_follow_up("and in 1990?", [{"role": "user", "content": "The mill?"}]).query == (
         "and in 1990? (mill)"
     )
-    assert retrieval_query("Who keeps bees?", [{"role": "user", "content": "The mill?"}]) == (
+    assert rewrite_follow_up("Who keeps bees?", [{"role": "user", "content": "The mill?"}]).query == (
         "Who keeps bees?"
     )
 

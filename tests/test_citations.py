@@ -10,7 +10,6 @@ from marginalia_core.citations import (
     pending_tail,
     renumber,
     renumber_sources,
-    split_marks,
 )
 
 
@@ -89,16 +88,6 @@ def test_marks_split_across_tokens_are_recognised_while_streaming():
     assert cited(text, 3) == ([1, 2, 3], [9])
 
 
-def test_split_marks_flags_invalid_marks_so_they_are_never_links():
-    pieces = split_marks("A [1] b [7] c [1, 8].", 3)
-    assert [(seg, valid) for seg, mark, valid in pieces if mark] == [
-        ("[1]", True),
-        ("[7]", False),
-        ("[1, 8]", False),  # one bad number spoils the mark
-    ]
-    assert "".join(seg for seg, _, _ in pieces) == "A [1] b [7] c [1, 8]."
-
-
 # ------------------------------------------------------------------ renumbering (issue 11)
 @pytest.mark.parametrize(
     "text, k, expected",
@@ -124,5 +113,5 @@ def test_renumbered_sources_follow_their_marks():
     assert (valid, invalid) == ([1, 2], [7])
     assert sources[2]["n"] == 3  # the caller's sources are not changed
     # marks of a renumbered answer still flag what matches no kept source
-    flags = [ok for _, mark, ok in split_marks(text, len(kept)) if mark]
+    flags = [mark.valid(len(kept)) for mark in find_marks(text)]
     assert flags == [True, True, True, False]

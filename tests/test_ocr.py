@@ -14,6 +14,7 @@ import pytest
 from conftest import PDFS, requires_eval
 from pypdf import PdfReader, PdfWriter
 
+from marginalia_app import passages as mg
 from marginalia_app import presentation as fmt
 from marginalia_core.config import load_settings
 from marginalia_core.errors import NoTextLayerError
@@ -72,7 +73,7 @@ def test_scanned_pdf_indexes_with_ocr_text_that_answers_a_question(scan, workspa
     assert top.page_start <= 2 <= top.page_end and "oxen" in top.content.lower()
     source = workspace.sources(hits)[0]
     assert source["ocr"] is True
-    assert "OCR" in fmt.source_label(source).split(" · ")
+    assert "OCR" in mg.card_label(source, "application/pdf").split(" · ")  # the margin says so
     assert fmt.ocr_label(doc) == "OCR"
 
 

@@ -7,6 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from marginalia_app import passages as mg
 from marginalia_app import presentation as fmt
 
 UNESCAPED_DANGER = re.compile(r"(?<!\\)(<|!\[|\]\(|\$)")
@@ -155,9 +156,9 @@ def test_exact_sentence_is_highlighted_in_the_passage():
     assert len(spans) == 1
     a, b = spans[0]
     assert display[a:b] == "Around 1637 Pierre de Fermat wrote a note in his copy of the Arithmetica."
-    md = fmt.passage_markdown(PASSAGE, spans)
-    assert ":orange-background[**Around 1637 Pierre de Fermat" in md
-    assert "Arithmetica\\.**]" in md
+    body = mg.text_html(PASSAGE, spans)
+    assert ('<mark class="mg-hl">Around 1637 Pierre de Fermat wrote a note in his copy of the '
+            'Arithmetica.</mark>') in body
 
 
 def test_a_paraphrase_highlights_the_closest_sentence():
@@ -174,28 +175,12 @@ def test_quoted_part_of_a_sentence_is_found():
     assert display[span[0]:span[1]].startswith("He claimed a proof")
 
 
-def test_passage_markdown_escapes_document_text_and_never_crosses_paragraphs():
+def test_passage_html_escapes_document_text_and_never_crosses_paragraphs():
     content = "<b>x</b> first [1](http://e.invalid).\n\nsecond line"
     display = fmt.display_text(content)
-    md = fmt.passage_markdown(content, [(0, len(display))])
-    assert "\n\n" in md
-    assert md.count(":orange-background[") == 2
-    assert not UNESCAPED_DANGER.search(md.replace(":orange-background[", ""))
-
-
-def test_cited_window_shows_the_cited_part_with_a_little_context():
-    long = " ".join(f"Sentence number {i} is here." for i in range(30))
-    display = fmt.display_text(long)
-    start = display.index("Sentence number 15")
-    end = display.index(".", start) + 1
-    window = fmt.cited_window(long, [(start, end)], context=1)
-    assert window is not None
-    shown = display[window[0]:window[1]]
-    assert shown.startswith("Sentence number 14") and shown.endswith("number 16 is here.")
-    md = fmt.passage_markdown(long, [(start, end)], window=window)
-    assert md.startswith("… ") and md.endswith(" …")
-    assert fmt.cited_window(long, []) is None
-    assert fmt.cited_window("Short. Text.", [(0, 6)]) is None
+    body = mg.text_html(content, [(0, len(display))])
+    assert body.count("<p>") == 2 and body.count('<mark class="mg-hl">') == 2
+    assert "<b>" not in body and "&lt;b&gt;x&lt;/b&gt;" in body and "href" not in body
 
 
 # --------------------------------------------------------------------------- labels
@@ -209,8 +194,9 @@ def test_numbers_and_labels():
     assert fmt.percent(-0.1) == "0 %"
     assert fmt.page_label(3) == "p. 3" and fmt.page_label(3, 4) == "pp. 3–4"
     source = {"n": 1, "document_name": "report\n.pdf", "page": 3, "page_end": 3, "score": 0.82}
-    assert fmt.source_label(source) == "[1] report .pdf · p. 3 · 82 %"
-    assert fmt.source_label(source, with_score=False) == "[1] report .pdf · p. 3"
+    assert mg.card_label(source, "application/pdf") == "[1] report .pdf · p. 3 · 82 %"
+    assert mg.card_label({**source, "ocr": True}, "application/pdf") == (
+        "[1] report .pdf · p. 3 · OCR · 82 %")
     assert fmt.format_created("2024-05-01T10:00:00+00:00")[:4] == "2024"
     assert fmt.format_created("nonsense") == "nonsense"
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from marginalia_core.ingest.pipeline import ingest_bytes
 from marginalia_core.retrieval import lexical
-from marginalia_core.retrieval.ranking import Scored
-from marginalia_core.retrieval.retriever import cosine_lookup
 
 pytestmark = pytest.mark.both_backends
 
@@ -57,17 +54,13 @@ def test_threshold_drops_unrelated(indexed):
 def test_filled_lists_give_every_candidate_both_scores(indexed):
     ret = indexed.retriever
     query = "lava silica viscosity"
-    scored = ret.index.score_all(ret.embedder.embed_query(query))
+    vector = ret.embedder.embed_query(query)
+    scored = ret.index.score_all(vector)
     top = list(zip(scored.chunk_ids.tolist(), scored.scores.tolist()))
     dense, lex = lexical.filled_lists(ret.store, query, top[:1],
-                                      lambda ids: cosine_lookup(scored, ids))
+                                      lambda ids: ret.index.cosine(vector, list(ids)))
     assert {c for c, _ in dense} == {c for c, _ in lex}
     assert dict(lex)[dense[0][0]] >= 0.0
-
-
-def test_cosine_lookup_handles_missing_ids():
-    scored = Scored(np.array([2, 5, 9], dtype=np.int64), np.array([0.1, 0.5, 0.9], dtype=np.float32))
-    assert cosine_lookup(scored, [9, 3, 2, 100]) == [pytest.approx(0.9), None, pytest.approx(0.1), None]
 
 
 def test_other_embedder_is_reported_and_excluded(indexed):

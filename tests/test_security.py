@@ -36,6 +36,7 @@ from fake_gemini import FakeGeminiServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from marginalia_app import passages as mg
 from marginalia_app import presentation as fmt
 from marginalia_core.citations import find_marks
 from marginalia_core.config import DEFAULT_MAX_UPLOAD_MB, Settings, load_settings
@@ -129,7 +130,6 @@ def strip_code_spans(markdown: str) -> str:
     return "".join(out)
 _BADGE = re.compile(r":" + fmt.BADGE_COLOR + r"-badge\[\d+\]")
 _FLAG = re.compile(r":" + fmt.INVALID_MARK_COLOR + r"\[((?:\\.|[^\]\\])*)\]")
-_HIGHLIGHT = re.compile(r":" + fmt.HIGHLIGHT + r"\[\*\*((?:\\.|[^\]\\])*)\*\*\]")
 
 
 def strip_fences(markdown: str) -> str:
@@ -166,13 +166,6 @@ def assert_inert_answer(markdown: str) -> None:
     assert not autolink_triggers(rest), markdown
 
 
-def assert_inert_passage(markdown: str) -> None:
-    """A margin passage: literal text, plus the helper's own highlight wrappers."""
-    for inner in _HIGHLIGHT.findall(markdown):
-        assert_literal(inner)
-    assert_literal(_HIGHLIGHT.sub("", markdown))
-
-
 # --------------------------------------------------------------------- presentation helpers
 
 @pytest.mark.parametrize("line", HOSTILE_LINES)
@@ -195,13 +188,20 @@ def test_answers_with_hostile_text_render_inert(line):
     assert ":red[\\[99\\]]" in markdown  # an invalid mark is flagged, never a badge
 
 
+@pytest.mark.parametrize("mime", ["text/plain", "text/markdown", "application/pdf"])
 @pytest.mark.parametrize("line", HOSTILE_LINES)
-def test_margin_passages_with_hostile_text_render_inert(line):
+def test_margin_passages_with_hostile_text_render_inert(line, mime):
+    """The margin's card HTML (what st.html receives) for a passage holding hostile text, with
+    a highlight on the hostile sentence and one on the whole passage: only our markup."""
     content = f"Glosses are notes. {line} They sit in the margin."
-    display = fmt.display_text(content)
-    spans = fmt.highlight_spans(display, [line, "They sit in the margin."])
-    assert_inert_passage(fmt.passage_markdown(content, spans))
-    assert_inert_passage(fmt.passage_markdown(content, [(0, len(display))]))
+    source = {"n": 1, "document_name": HOSTILE_NAME, "content": content, "score": 0.5, "page": 2,
+              "page_end": 2}
+    for sentences in ([line, "They sit in the margin."], [content]):
+        card = mg.card_html(source, anchor="src-a-1", mime=mime, sentences=sentences, cited=True,
+                            is_open=True)
+        shown = check_margin_html(mg.margin_html([card]))
+        assert "They sit in the margin." in shown and "Glosses are notes." in shown
+        assert HOSTILE_NAME in shown  # the name is shown as text
 
 
 HOSTILE_ALPHABET = st.sampled_from(
@@ -249,11 +249,11 @@ def test_core_sources_and_answers_with_hostile_text_render_inert(workspace):
     assert_inert_answer(fmt.render_answer(answer, numbers))
     for source in meta["sources"]:
         assert_literal(fmt.escape_inline(source["document_name"], 46))
-        assert_literal(fmt.escape_inline(fmt.source_label(source), 56))
         content = source["content"]
-        spans = fmt.highlight_spans(fmt.display_text(content),
-                                    fmt.cited_sentences(answer).get(source["n"], []))
-        assert_inert_passage(fmt.passage_markdown(content, spans))
+        card = mg.card_html(source, anchor=f"src-a-{source['n']}", mime="text/markdown",
+                            sentences=fmt.cited_sentences(answer).get(source["n"], []),
+                            cited=True, is_open=True)
+        assert HOSTILE_NAME in check_margin_html(mg.margin_html([card]))  # shown, as text
         # the core does not mangle the text it hands over (no double escaping)
         assert "&lt;" not in content.replace("&lt;b&gt;", "")
 

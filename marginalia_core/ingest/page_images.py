@@ -182,13 +182,6 @@ class PageRenderer:
                 self._cache.popitem(last=False)
         return page
 
-    def forget(self, key: str) -> None:
-        with self._lock:
-            for cached in [k for k in self._cache if k[0] == key]:
-                del self._cache[cached]
-            for view in [k for k in self._views if k[0] == key]:
-                del self._views[view]
-
     def render(
         self,
         key: str,

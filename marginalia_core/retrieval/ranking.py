@@ -230,9 +230,6 @@ class CodeIndex:
             block.put(ids[done : done + m], bits[done : done + m], codes[done : done + m])
             done += m
 
-    def all_ids(self) -> np.ndarray:
-        return np.concatenate([b.ids[: b.n] for b in self.blocks]) if self.blocks else np.zeros(0, np.int64)
-
     def alive_ids(self) -> np.ndarray:
         parts = [b.ids[: b.n][b.alive[: b.n]] for b in self.blocks]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)

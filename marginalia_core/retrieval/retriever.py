@@ -544,17 +544,6 @@ def hits_from(
     return hits
 
 
-def cosine_lookup(scored: Scored, chunk_ids: list[int]) -> list[float | None]:
-    """Cosine of each chunk id (None if not in the index); ids in ``scored`` are ascending."""
-    if not chunk_ids:
-        return []
-    wanted = np.asarray(chunk_ids, dtype=np.int64)
-    pos = np.searchsorted(scored.chunk_ids, wanted)
-    pos = np.clip(pos, 0, len(scored.chunk_ids) - 1)
-    found = scored.chunk_ids[pos] == wanted
-    return [float(scored.scores[p]) if ok else None for p, ok in zip(pos, found)]
-
-
 def _short_location(location: str) -> str:
     """"3" or "3–5" for a PDF's passage ("p. 3"), the label itself for other locations ("slide
     2"), "" for a text or Markdown file (no locations)."""

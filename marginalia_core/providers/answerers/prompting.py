@@ -133,11 +133,6 @@ def rewrite_follow_up(question: str, history: Sequence[Mapping[str, Any]]) -> Re
     return Rewrite(question, f"{question} ({', '.join(topic)})", topic)
 
 
-def retrieval_query(question: str, history: Sequence[dict[str, Any]]) -> str:
-    """The text to retrieve with (``rewrite_follow_up``'s query)."""
-    return rewrite_follow_up(question, history).query
-
-
 REWRITE_INSTRUCTION = """Rewrite the user's last message as one standalone search query for their documents.
 Resolve pronouns and references ("it", "that", "what about X") from the conversation, keep the user's own words, add nothing the conversation does not say.
 Reply with the query only: one line, no quotes, no explanation."""
