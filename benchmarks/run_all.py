@@ -11,6 +11,8 @@ when given), then the colleagues' evaluations if present — ``scifact_eval.py -
 ``--save-evals``: their full runs and results files are theirs to record). Each of ours writes its own ``benchmarks/results/*.json`` (keyed by run kind, so a quick run
 never overwrites the full figures). This script records what ran, how long it took and its exit
 status in ``results/run_all.json`` and renders ``results/summary.md`` (the README's tables).
+Every other script in benchmarks/ (the studies: tuning grids, the held-out evaluations, load
+tests) is imported, never run, so one that no longer matches the core fails here.
 It exits non-zero if any benchmark crashed or timed out; it asserts no timing.
 """
 
@@ -37,6 +39,24 @@ SCRIPTS = {
 EVALS = ["scifact", "squad_answers"]  # owned by colleagues; run only if present, always --quick
 # their results files are theirs: by default run_all only checks that they run (no write)
 NO_WRITE = {"scifact": "--no-save", "squad_answers": "--no-write"}
+
+
+def import_the_rest() -> dict[str, Any]:
+    """Import (never run) every other benchmark script, so a study nothing runs cannot rot
+    unnoticed: a renamed core function breaks its import here, not months later."""
+    others = sorted(p.stem for p in C.BENCH.glob("*.py")
+                    if p.name not in {*SCRIPTS.values(), "run_all.py"} and not p.stem.startswith("_"))
+    code = ("import importlib, sys; sys.path.insert(0, 'benchmarks'); sys.path.insert(0, '.')\n"
+            f"for name in {others!r}: importlib.import_module(name)")
+    C.log(f"[run_all] importing {len(others)} other scripts")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=C.REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    status = "ok" if proc.returncode == 0 else "failed"
+    C.log(f"[run_all] imports: {status}" + ("" if status == "ok" else "\n" + proc.stdout[-2000:]))
+    return {"name": "imports", "command": f"import {', '.join(others)}", "status": status,
+            "returncode": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
+            "stdout_tail": proc.stdout.strip().splitlines()[-3:]}
 
 
 def run_one(name: str, quick: bool, timeout: float, save_evals: bool = False) -> dict[str, Any]:
@@ -242,6 +262,8 @@ def main() -> int:
     timeout = 900 if args.quick else 5400
     t0 = time.perf_counter()
     steps = [run_one(n, args.quick, timeout, args.save_evals) for n in names]
+    if not args.only:
+        steps.append(import_the_rest())
     total = time.perf_counter() - t0
     failed = [s["name"] for s in steps if s["status"] != "ok"]
     if not args.only:

@@ -4,65 +4,9 @@
 chunks with FTS5's built-in ``bm25()``, and ``fuse`` merges a dense (cosine) ranking with the
 BM25 ranking into one hybrid ranking.
 
-What was measured (benchmarks/scifact_eval.py; BEIR SciFact, 5,183 abstracts -> 8,154 chunks
-of TARGET 1400 / OVERLAP 200, all-MiniLM-L6-v2 int8, document score = best chunk score, 200
-candidates per list; chosen on the 809 *train* queries, the 300 *test* queries held out; full
-table in benchmarks/results/scifact.md). nDCG@10 train / test:
-
-- dense cosine 0.661 / 0.647; FTS5 BM25 (this module) 0.702 / 0.700;
-- plain RRF 0.727 (k = 1) / 0.717 (k = 10: 0.721 / 0.717); weighted RRF no better;
-- convex min-max, alpha 0.45: 0.735 / 0.734; z-score, alpha 0.5: 0.736 / 0.738;
-- with both lists *filled* (``filled_lists``: every candidate carries its exact cosine and its
-  exact BM25, 0 when no term matches), convex tmm, ALPHA 0.6: 0.738 / 0.740 -- the default
-  until issue 13. tmm (theoretical minimum 0, observed maximum) stays sane for the tiny lists
-  of a small library, where min-max and z-score degenerate (one hit: full weight / zero spread).
-
-Issue 13 (benchmarks/retrieval_lab.py, the app's evaluator on three evaluations: SciFact,
-SQuAD paragraphs, page-level questions over real PDFs) found that fusion losing to plain BM25
-on the PDFs: a long chunk repeating one common query word got the full BM25 weight. Now the
-normalized BM25 is multiplied by the chunk's *coverage* (``term_coverage``: the share of the
-query's IDF weight it contains) and ALPHA is 0.55. nDCG@10 on the tuning splits (SciFact
-train / SQuAD tune / PDF odd ids), before -> after: 0.738 -> 0.739, 0.881 -> 0.893,
-0.945 -> 0.972 (BM25 alone: 0.702, 0.861, 0.952). Measured there and not adopted: a per-query
-weight from the query's IDF, quotes or digits (no gain), raw instead of per-query-scaled cosine
-(within 0.005), median-based normalization, an added RRF term, neighbouring-chunk scores (-0.003
-to -0.02).
-
-Issue 13, second round: the tune split of the PDF pages saturated (0.972), so 42 harder, mostly
-paraphrased questions were added to it (72 in all; dense 0.669, BM25 0.811). There the small
-embedder is often blind (German lecture notes: every passage near the same cosine) and the fixed
-weight let that noise outvote a clear keyword match. Now the weight adapts per query
-(``query_alpha``): each list's base weight is multiplied by the square root of its margin (best
-vs the 20th best score, relative), so a flat list counts for less. Base ALPHA 0.6. nDCG@10 on
-the tune splits, fixed alpha 0.55 -> adapted: SciFact train 0.7385 -> 0.7376, SQuAD 0.8927 ->
-0.8953, PDF pages 0.8414 -> 0.8503; the smallest lead over the better single list +0.031 ->
-+0.035 (the criterion; the best point of benchmarks/results/fusion_grid_tune.txt). Neighbours
-on the grid (alpha 0.55-0.65, power 0.25-0.75, depth 20/50) are within 0.003 of it; a z-score margin and adapting on the dense margin alone were no better.
-
-Issue 13, third round: BM25 scores words one by one, so a page naming "Gaussian curvature"
-ranks no higher than one with "Gaussian" and "curvature" paragraphs apart. The fused score now
-adds PHRASE_WEIGHT x the share of the query's adjacent word pairs (stopwords skipped, words cut to
-6 letters) the chunk holds side by side (``phrase_share``). nDCG@10 on the tune splits, without ->
-with: SciFact train 0.7376 -> 0.7417, SQuAD 0.8953 -> 0.9034, PDF pages 0.8503 -> 0.8582; weights
-0.3-0.5 are within 0.002 of 0.4, and neighbouring alpha / power within 0.0003
-(benchmarks/results/fusion_grid_tune.txt). Measured there and not adopted: the phrase share
-multiplying the BM25 part instead of adding (+0.001 less), a count of pairs instead of a share,
-pairs weighted by their words' IDF (-0.001 to -0.004 on every split), a penalty on "hub" chunks
-near the library's mean vector (-0.002 to -0.1), lowering the dense weight for queries the
-embedder's vocabulary splits into many pieces (no gain). Held out, measured once afterwards
-(retrieval_lab.py --split heldout): SciFact test 0.7394 -> 0.7361, SQuAD 0.9033 -> 0.9202, PDF
-pages 0.8894 -> 0.9152, now above BM25 (0.9085) and dense on all three.
-
-Min-max (alpha 0.45) and z-score (alpha 0.5) are 0.0005 apart on train, far inside the noise
-of 809 queries (alpha 0.40-0.55 spans 0.728-0.736 for both). Min-max was kept because it stays
-sane for the tiny lists of a small library: a single BM25 hit gets the full lexical weight
-under min-max and none under z-score (zero spread). Also measured on train and not worth their
-cost: tuning BM25's k1/b instead of FTS5's fixed 1.2/0.75 (best grid point +0.003 fused,
-benchmarks/scifact_bm25_grid.py), filling each list with the exact other score of every
-candidate (+0.003, would need retrieval.py to pass them), fusing at document level (no gain),
-more candidates (300: +0.001), Rocchio feedback on the query vector (no gain), the stopword
-list (+-0.002). With paraphrase-MiniLM-L3-v2 (about 6x faster, dense 0.54 / 0.51), the same
-default gives 0.705 / 0.694.
+Why the fusion is this one (filled lists, tmm normalisation, a per-query weight, the phrase
+share, ALPHA, PHRASE_WEIGHT) and what was measured and not adopted: benchmarks/README.md,
+"Fusion: what was measured".
 """
 
 from __future__ import annotations
