@@ -118,3 +118,44 @@ def book_pages(count: int, *, lines: int = LINES_PER_PAGE) -> list[str]:
 
 def long_pdf(count: int) -> bytes:
     return text_pdf(book_pages(count))
+
+
+def outline_pdf(lines: Sequence[str], *, size: int = 36, unit: float = 0.5) -> bytes:
+    """One page whose text is drawn as filled shapes, with no font and no image: what a layout
+    tool's "convert text to outlines" leaves (nothing for a text extractor). Each line is drawn
+    with Pillow's built-in font at ``size`` pixels, and every run of dark pixels becomes a
+    ``unit``-point rectangle; each line is its own path object."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default(size=size)
+    paths = []
+    top = PAGE_HEIGHT - 72.0
+    for line in lines:
+        left, upper, right, lower = font.getbbox(line)
+        image = Image.new("1", (right + 4, lower + 4), 1)
+        ImageDraw.Draw(image).text((2, 2), line, font=font, fill=0)
+        width, height = image.size
+        pixels = image.load()
+        rects = []
+        for row in range(height):
+            col = 0
+            while col < width:
+                if pixels[col, row] == 0:
+                    start = col
+                    while col < width and pixels[col, row] == 0:
+                        col += 1
+                    rects.append(b"%.2f %.2f %.2f %.2f re" % (
+                        72 + start * unit, top - (row + 1) * unit, (col - start) * unit, unit))
+                col += 1
+        paths.append(b"\n".join(rects) + b"\nf")
+        top -= height * unit + 8
+    packed = zlib.compress(b"0 g\n" + b"\n".join(paths))
+    objs: list[bytes] = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed
+        + b"\nendstream",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %d %d] /Resources << >> /Contents 3 0 R >>"
+        % (PAGE_WIDTH, PAGE_HEIGHT),
+    ]
+    return serialize(objs)

@@ -12,6 +12,7 @@ import os
 
 import pytest
 from conftest import PDFS, requires_eval
+from pdf_maker import outline_pdf, text_pdf
 from pypdf import PdfReader, PdfWriter
 
 from marginalia_app import passages as mg
@@ -133,3 +134,19 @@ def test_ocr_setting_accepts_the_usual_off_words(raw):
 def test_ocr_setting_rejects_nonsense():
     with pytest.raises(ValueError, match="MARGINALIA_OCR"):
         load_settings({"MARGINALIA_OCR": "maybe"})
+
+
+def test_a_page_drawn_as_outlines_is_read_like_a_scan():
+    """Text converted to outlines (filled shapes, no font, no image) has nothing to extract;
+    it is OCR'd as a scan would be, and a blank page beside it costs nothing."""
+    lines = ["The oxen drank from the river at dawn.", "Forty yoke hauled the siege guns."]
+    drawn = outline_pdf(lines)
+    assert not (PdfReader(io.BytesIO(drawn)).pages[0].extract_text() or "").strip()
+    writer = PdfWriter()
+    writer.append(PdfReader(io.BytesIO(drawn)))
+    writer.add_blank_page(width=612, height=792)
+    writer.append(PdfReader(io.BytesIO(text_pdf(["A page with an ordinary text layer."]))))
+    got = extract("outlines.pdf", _pdf(writer))
+    assert got.ocr_pages == (1,)
+    assert "oxen drank from the river" in " ".join(got.text.split())
+    assert "ordinary text layer" in got.text

@@ -24,8 +24,10 @@ OCR_PAGE_TIMEOUT_S = 120
 # tesseract page segmentation mode: 3 = fully automatic layout analysis (its default).
 OCR_PSM = 3
 TESSERACT = "tesseract"
-# pdfium's page-object type for images (FPDF_PAGEOBJ_IMAGE); a page without one has nothing
-# to recognise, so blank pages cost no OCR time.
+# pdfium's page-object types for images and for drawn shapes (FPDF_PAGEOBJ_IMAGE, _PATH): a
+# page without text holding either is read by OCR (a scan is images; text converted to
+# outlines is shapes); a page with neither is blank and costs no OCR time.
+_PATH_OBJECT = 2
 _IMAGE_OBJECT = 3
 # Image-only copies for measuring OCR (benchmarks/ocr_cer.py, tests): a typical scan's dpi.
 RASTER_DPI = 200
@@ -66,8 +68,8 @@ def _pdfium_document(data: bytes, password: str | None) -> Iterator:
         pdf.close()
 
 
-def _has_image(page) -> bool:  # noqa: ANN001 - a pypdfium2 PdfPage
-    return any(True for _ in page.get_objects(filter=[_IMAGE_OBJECT], max_depth=2))
+def _has_ink(page) -> bool:  # noqa: ANN001 - a pypdfium2 PdfPage
+    return any(True for _ in page.get_objects(filter=[_IMAGE_OBJECT, _PATH_OBJECT], max_depth=2))
 
 
 def _page_png(page, dpi: int) -> bytes:  # noqa: ANN001 - a pypdfium2 PdfPage
@@ -85,15 +87,16 @@ def recognise_pages(
     dpi: int | None = None,
     progress: Progress | None = None,
 ) -> Iterator[tuple[int, str]]:
-    """``(index, text)`` for each 0-based page in ``indices`` that holds an image; pages without
-    one (blank pages) are skipped without rendering. A page tesseract fails on yields ``""``."""
+    """``(index, text)`` for each 0-based page in ``indices`` that holds an image or drawn
+    shapes (text converted to outlines); pages with neither (blank pages) are skipped without
+    rendering. A page tesseract fails on yields ``""``."""
     wanted = list(indices)
     dpi = dpi or OCR_DPI
     with _pdfium_document(data, password) as pdf:
         for done, index in enumerate(wanted, start=1):
             page = pdf[index]
             try:
-                if not _has_image(page):
+                if not _has_ink(page):
                     continue
                 try:
                     text = recognise_png(_page_png(page, dpi))
