@@ -105,7 +105,10 @@ def outcome(events: list[dict]) -> str:
     assert last["reason"] in FILE_REASONS, last
     assert last["message"].strip() and "Traceback" not in last["message"]
     if last["reason"] == "near_duplicate":  # the refusal names the document it matches
-        assert last["existing_name"] in last["message"] and last["existing_id"], last
+        # Python events say existing_name; the CLI's NDJSON (the wire form) existingName
+        name = last.get("existing_name", last.get("existingName"))
+        assert name and name in last["message"], last
+        assert last.get("existing_id", last.get("existingId")), last
     return last["reason"]
 
 
