@@ -54,8 +54,8 @@ from typing import Any, Protocol
 import _common as C
 import numpy as np
 
-from marginalia_core.retrieval import ranking
-from marginalia_core.retrieval.ranking import VectorIndex, sidecar_dir
+from marginalia_core.retrieval import vector_index as ranking
+from marginalia_core.retrieval.vector_index import VectorIndex, sidecar_dir
 from marginalia_core.store.rows import VECTOR_DTYPE, now_iso
 from marginalia_core.store.sqlite import Store
 

@@ -63,8 +63,8 @@ import numpy as np
 
 from marginalia_core.config import Settings
 from marginalia_core.ingest.chunking import Chunk
-from marginalia_core.retrieval.ranking import VectorIndex
 from marginalia_core.retrieval.retriever import Retriever
+from marginalia_core.retrieval.vector_index import VectorIndex
 from marginalia_core.store.rows import VECTOR_DTYPE, now_iso
 from marginalia_core.store.sqlite import Store
 

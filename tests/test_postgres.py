@@ -308,7 +308,7 @@ def test_the_retriever_ranks_in_the_database_with_the_hnsw_index(pg_database, mo
     correctly both ways (a small scope ranked exactly, a big one through the index with
     iterative scans)."""
     from marginalia_core.ingest.chunking import Chunk
-    from marginalia_core.retrieval.ranking import ServerIndex, dense_index
+    from marginalia_core.retrieval.vector_index import ServerIndex, dense_index
     from marginalia_core.store import postgres
 
     store = PostgresStore(pg_database)

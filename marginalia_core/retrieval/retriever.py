@@ -23,8 +23,14 @@ from marginalia_core.config import RetrievalConfig, Settings
 from marginalia_core.errors import EmbedderMismatchError, MarginaliaError
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.retrieval import lexical
-from marginalia_core.retrieval.ranking import Scored, ServerIndex, VectorIndex, dense_index, top_k
 from marginalia_core.retrieval.rerank import Reranker, get_reranker
+from marginalia_core.retrieval.vector_index import (
+    Scored,
+    ServerIndex,
+    VectorIndex,
+    dense_index,
+    top_k,
+)
 from marginalia_core.store.base import LibraryStore
 
 EXCERPT_CHARS = 280

@@ -9,8 +9,8 @@ import pytest
 
 from marginalia_core.ingest.chunking import chunk_text
 from marginalia_core.providers.embeddings.base import l2_normalize
-from marginalia_core.retrieval import ranking
-from marginalia_core.retrieval.ranking import Scored, VectorIndex, sidecar_dir, top_k
+from marginalia_core.retrieval import vector_index as ranking
+from marginalia_core.retrieval.vector_index import Scored, VectorIndex, sidecar_dir, top_k
 
 
 def _doc(store, name, vectors):
