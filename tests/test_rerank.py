@@ -100,3 +100,26 @@ def test_the_sentences_reranker_reaches_chat_through_the_settings(workspace):
     reranker = workspace.retriever.reranker(rerank.SENTENCE_RERANKER)
     assert isinstance(reranker, rerank.SentenceWindows)
     assert len(reranker.cache._vecs) >= 4  # the keeper's windows were embedded and memoised
+
+
+def test_the_rerank_step_fuses_with_the_configured_keyword_weight(workspace, monkeypatch):
+    """The reranker receives the configuration's fusion weight (it used to re-fuse with the
+    module default, so the Inspector's slider and a saved alpha stopped at the rerank step)."""
+    from marginalia_core.ingest.pipeline import ingest_bytes
+
+    seen: list[float] = []
+
+    class Spy(rerank.KeepOrder):
+        def rerank(self, query, ranked, passages, *, alpha=rerank.lexical.ALPHA):
+            seen.append(alpha)
+            return list(ranked)
+
+    monkeypatch.setitem(rerank.RERANKERS, "spy", Spy)
+    for name, text in {"keeper.txt": KEEPER, "harbour.txt": HARBOUR}.items():
+        events = list(ingest_bytes(workspace.store, workspace.embedder, workspace.settings,
+                                   name, text.encode()))
+        assert events[-1]["type"] == "done"
+    question = "who fed the seabirds at dawn?"
+    list(workspace.apply_settings({"threshold": -1.0, "reranker": "spy", "alpha": 0.3}))
+    workspace.search(question)
+    assert seen == [0.3]

@@ -53,10 +53,13 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;])[\"'”’)\]]*\s+|\n\s*\n")
 
 
 class Reranker(Protocol):
-    """Built once per retriever with its embedder: ``cls(embedder)``."""
+    """Built once per retriever with its embedder: ``cls(embedder)``. ``alpha``: the hybrid
+    fusion's base dense weight under the configuration in force (a reranker that fuses again
+    uses it, so the Inspector's keyword-weight slider and the saved configuration reach it)."""
 
     def rerank(
-        self, query: str, ranked: Sequence[RankedChunk], passages: Passages
+        self, query: str, ranked: Sequence[RankedChunk], passages: Passages, *,
+        alpha: float = lexical.ALPHA,
     ) -> list[RankedChunk]: ...
 
 
@@ -67,7 +70,8 @@ class KeepOrder:
         self.embedder = embedder
 
     def rerank(
-        self, query: str, ranked: Sequence[RankedChunk], passages: Passages
+        self, query: str, ranked: Sequence[RankedChunk], passages: Passages, *,
+        alpha: float = lexical.ALPHA,
     ) -> list[RankedChunk]:
         return list(ranked)
 
@@ -238,7 +242,7 @@ class SentenceWindows:
         self.cache = cache or WindowCache()
 
     def rerank(self, query: str, ranked: Sequence[RankedChunk],
-               passages: Passages) -> list[RankedChunk]:
+               passages: Passages, *, alpha: float = lexical.ALPHA) -> list[RankedChunk]:
         ranked = list(ranked)
         order = _order_of(ranked)
         top, rest = ranked[: self.depth], ranked[self.depth :]
@@ -255,6 +259,7 @@ class SentenceWindows:
         fused = lexical.fuse(
             [(r.chunk_id, mixed.get(r.chunk_id, r.cosine)) for r in ranked],
             [(r.chunk_id, r.bm25) for r in ranked],
+            alpha=alpha,
             coverage={r.chunk_id: r.coverage for r in ranked},
             phrase={r.chunk_id: r.phrase for r in ranked if r.phrase > 0},
         )

@@ -382,7 +382,7 @@ class Retriever:
         ranked = self.fuse(cands, config)
         ranked = self.passing(ranked, config)
         ranked = self.reranker(config.reranker).rerank(
-            cands.query, ranked, self._passage_source(passages))
+            cands.query, ranked, self._passage_source(passages), alpha=self.alpha_of(config))
         if top_k:
             ranked = ranked[: config.top_k]
         return self.with_text(ranked, passages)
