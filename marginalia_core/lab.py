@@ -31,7 +31,7 @@ from marginalia_core.errors import MarginaliaError
 from marginalia_core.ingest.chunking import chunk_text, effective_overlap
 from marginalia_core.ingest.embed_cache import EmbeddingCache
 from marginalia_core.retrieval import evaluation as ev
-from marginalia_core.retrieval import lexical
+from marginalia_core.retrieval import lexical, rerank
 from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit, Retriever
 from marginalia_core.store import open_sqlite
 from marginalia_core.store import question_sets as qs
@@ -456,6 +456,11 @@ class RetrievalLab:
         if ra.mode != "hybrid":
             rb = replace(rb, alpha=ra.alpha)
         return replace(ra, embedder=None) == replace(rb, embedder=None)
+
+    @staticmethod
+    def rerankers() -> tuple[str, ...]:
+        """The rerank step's providers by name, as registered ("none" first)."""
+        return tuple(rerank.RERANKERS)
 
     def keyword_weight(self, config: ev.EvalConfig) -> float:
         """The Inspector's "keyword weight" of a configuration: 1 - its fusion weight."""

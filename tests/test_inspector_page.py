@@ -271,6 +271,28 @@ def test_apply_to_chat_and_controls_survive_navigation(app_env):
     assert at.number_input(key="inspector_k").value == 2
 
 
+def test_the_reranker_is_offered_applied_to_chat_and_named(app_env):
+    ws = app_env
+    at = start()
+    ask(at, "What did Fermat write in the margin?")
+    rerank = at.selectbox(key="inspector_rerank")
+    assert rerank.value == "none" and rerank.options == ["None", "Sentence windows"]
+    rerank.set_value("sentences").run()
+    assert not at.exception
+    at.button(key="inspector_apply").click().run()
+    assert not at.exception
+    assert ws.applied_settings()["reranker"] == "sentences"
+    at.selectbox(key="inspector_rerank").set_value("none").run()  # what Chat uses is named
+    assert any("Chat uses:" in c.value and "rerank: sentence windows" in c.value
+               for c in at.caption), [c.value for c in at.caption]
+    at.selectbox(key="inspector_rerank").set_value("sentences").run()
+    at.switch_page(CHAT).run()
+    at.switch_page(INSPECTOR).run()
+    assert at.selectbox(key="inspector_rerank").value == "sentences"  # kept across pages
+    at.button(key="inspector_reset").click().run()  # the defaults again: no reranker
+    assert at.selectbox(key="inspector_rerank").value == "none"
+
+
 def test_no_match_reply_links_to_the_settings(app_env):
     ws = app_env
     list(ws.apply_settings({"retrieval_mode": "dense", "threshold": 0.99}))

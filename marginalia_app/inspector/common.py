@@ -20,10 +20,18 @@ MODE_HELP = (
     "**Meaning only** (dense): cosine similarity of the embeddings. "
     "**Keywords only** (lexical): BM25 keyword matches, with a relevance floor of its own."
 )
+RERANK_LABELS = {"none": "None", "sentences": "Sentence windows"}
+RERANK_HELP = (
+    "A second look at the best passages before the top k is taken. **None**: the fused order "
+    "stands. **Sentence windows**: the top 10 are scored again by their best few sentences "
+    "against the question, which finds an answer late in a long passage (about 90 ms more per "
+    "question on this machine's measure; benchmarks/README.md)."
+)
 # Widget values kept across page switches: Streamlit drops a widget's state when its page is
 # not shown, so each is mirrored in a plain session key and restored on return.
 KEPT = ("inspector_query", "inspector_threshold", "inspector_mode", "inspector_k",
-        "inspector_keyword", "inspector_target", "inspector_overlap", "inspector_section",
+        "inspector_keyword", "inspector_target", "inspector_overlap", "inspector_rerank",
+        "inspector_section",
         "inspector_set", "inspector_docs", "inspector_cfg_a", "inspector_cfg_b")
 METRIC_HELP = {
     "recall": "Share of the relevant passages found in the passages returned (recall@k).",
@@ -75,6 +83,8 @@ def config_label(lab: RetrievalLab, config: ev.EvalConfig) -> str:
     """One line saying what a configuration does, every default spelled out."""
     c = lab.resolved(config)
     kw = "" if c.mode != "hybrid" else f" · keyword weight {lab.keyword_weight(c):.2f}"
+    if c.reranker != "none":
+        kw += f" · rerank: {RERANK_LABELS.get(c.reranker, c.reranker).lower()}"
     size = "" if config.chunk_target is None else \
         f" · passages {c.chunk_target}/{c.chunk_overlap}"
     return (f"{MODE_LABELS.get(c.mode, c.mode)} · threshold {c.threshold:.2f} · {c.top_k} "
@@ -88,7 +98,8 @@ def load_into_controls(lab: RetrievalLab, config: ev.EvalConfig, note: str = "")
     values = {"inspector_mode": c.mode, "inspector_threshold": float(c.threshold or 0.0),
               "inspector_k": int(c.top_k), "inspector_keyword": lab.keyword_weight(c),
               "inspector_target": int(c.chunk_target or 0),
-              "inspector_overlap": int(c.chunk_overlap or 0)}
+              "inspector_overlap": int(c.chunk_overlap or 0),
+              "inspector_rerank": c.reranker}
     state = st.session_state
     for key, value in values.items():
         state[key] = state[f"_kept_{key}"] = value

@@ -9,6 +9,8 @@ from marginalia_app import presentation as fmt
 from marginalia_app.inspector.common import (
     MODE_HELP,
     MODE_LABELS,
+    RERANK_HELP,
+    RERANK_LABELS,
     Controls,
     config_label,
     keep,
@@ -37,7 +39,7 @@ def draw(ws: Workspace) -> Controls:
                 "Environment variables (MARGINALIA_THRESHOLD, _TOP_K, _RETRIEVAL, "
                 "_CHUNK_TARGET, _CHUNK_OVERLAP) stay the defaults underneath.")
     cols = st.columns([3, 6, 2], gap="medium", vertical_alignment="bottom")
-    cols += st.columns([4, 2, 2, 4], gap="medium", vertical_alignment="bottom")
+    cols += st.columns([4, 2, 2, 3, 3], gap="medium", vertical_alignment="bottom")
     with cols[0]:
         threshold = st.slider(
             "Relevance threshold", min_value=0.0, max_value=1.0, step=0.01,
@@ -78,14 +80,20 @@ def draw(ws: Workspace) -> Controls:
                          else settings.retrieval.chunk_overlap)),
             help="Characters shared by neighbouring passages (chunk OVERLAP).",
         ))
+    with cols[6]:
+        names = lab.rerankers()
+        reranker = st.selectbox(
+            "Rerank", names, key=keep("inspector_rerank", applied.reranker),
+            format_func=lambda n: RERANK_LABELS.get(n, n), help=RERANK_HELP,
+        ) or applied.reranker
     remember()
     alpha = round(1.0 - keyword, 4)
     config = ev.EvalConfig(mode=mode, threshold=float(threshold), top_k=top_k,
                            alpha=alpha if mode == "hybrid" else applied.alpha,
-                           chunk_target=target, chunk_overlap=overlap,
+                           chunk_target=target, chunk_overlap=overlap, reranker=reranker,
                            embedder=lab.embedder_key())
     controls = Controls(query, config, applied, chat_threshold, lab)
-    _apply_button(ws, controls, cols[6])
+    _apply_button(ws, controls, cols[7])
     _configurations(ws, controls)
     return controls
 
