@@ -260,6 +260,32 @@ def test_odt_keeps_headings_as_sections_tables_as_tables_and_notes_as_notes():
     assert "[^1]: Measured at the north wall thermometer." in got.text
 
 
+def test_a_hostile_odt_leaves_odfpy_as_it_found_it():
+    """odfpy keeps every namespace it meets in one process-wide dict; a file with elements in
+    no namespace (or made-up ones) used to leave them there, and every ODT odfpy wrote after
+    declared xmlns:nsN="" and could not be read (seen in the full suite after the fuzzing)."""
+    import zipfile
+
+    from odf.element import Element
+    from odf.namespaces import nsdict
+
+    good = _odt()
+    with zipfile.ZipFile(io.BytesIO(good)) as z:
+        parts = {i: z.read(i) for i in z.infolist()}
+    hostile = io.BytesIO()
+    with zipfile.ZipFile(hostile, "w") as z:
+        for info, body in parts.items():
+            if info.filename == "content.xml":
+                body = body.replace(b"<office:text>", b'<office:text><plain>no namespace</plain>'
+                                    b'<x:odd xmlns:x="urn:made-up">odd</x:odd>', 1)
+            z.writestr(info, body)
+    before = dict(nsdict), dict(Element.namespaces)
+    extract("hostile.odt", hostile.getvalue())
+    assert (nsdict, Element.namespaces) == before
+    assert [u.name for u in extract("diary.odt", _odt()).units] == ["Harvest diary", "Yields",
+                                                                     "Notes"]
+
+
 def _epub() -> bytes:
     from ebooklib import epub
 

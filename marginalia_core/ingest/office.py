@@ -9,6 +9,9 @@ element tree; sections by heading. Benchmarks/README.md says why these libraries
 from __future__ import annotations
 
 import io
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from marginalia_core.ingest import markup
@@ -194,6 +197,29 @@ def _odf_list(node: Any, lines: list[str], depth: int) -> None:
                     lines.append(f"{'  ' * depth}- {text}")
 
 
+# odfpy names every namespace it meets in two process-wide dicts (odf.namespaces.nsdict and
+# the class-level Element.namespaces), so a hostile file's made-up or empty namespaces would
+# stay there for good, and odfpy would declare them in every document it writes after (an
+# empty one as xmlns:nsN="", which is not XML). A read leaves both as it found them, one read
+# at a time.
+_ODF_NAMESPACES = threading.Lock()
+
+
+@contextmanager
+def _odf_namespaces_kept() -> Iterator[None]:
+    from odf.element import Element  # noqa: PLC0415
+    from odf.namespaces import nsdict  # noqa: PLC0415
+
+    with _ODF_NAMESPACES:
+        kept = [(d, dict(d)) for d in (nsdict, Element.namespaces)]
+        try:
+            yield
+        finally:
+            for d, before in kept:
+                d.clear()
+                d.update(before)
+
+
 def _odf_type(name: str) -> Any:
     from odf import table  # noqa: PLC0415
 
@@ -205,13 +231,14 @@ def read_odt(name: str, data: bytes, options: ReadOptions) -> Extracted:
     from odf import opendocument  # noqa: PLC0415
 
     check_archive(name, data, "OpenDocument text").close()
-    try:
-        document = opendocument.load(io.BytesIO(data))
-    except Exception as err:
-        raise damaged(name, "OpenDocument text", err) from None
     blocks: list[markup.Block] = []
     notes: list[str] = []
-    _odf_blocks(document.text, blocks, notes=notes)
+    with _odf_namespaces_kept():
+        try:
+            document = opendocument.load(io.BytesIO(data))
+        except Exception as err:
+            raise damaged(name, "OpenDocument text", err) from None
+        _odf_blocks(document.text, blocks, notes=notes)
     if notes:
         blocks += [markup.Block("h", NOTES_HEADING, 2), markup.Block("md", "\n".join(notes))]
     return join_units(name, options.mime, markup.sections(blocks))
