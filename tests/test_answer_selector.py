@@ -137,6 +137,9 @@ def test_a_refused_scoped_question_offers_to_search_all_documents(db_path, monke
         at.multiselect(key="scope-new").set_value([bees]).run()
         at.chat_input[0].set_value("When was the mill built?").run()
         assert not at.exception
+        # answered and saved (a failed run would show its question again and an error)
+        assert [m.name for m in at.chat_message] == ["user", "assistant"], (
+            [e.value for e in at.error], [i.value for i in at.info])
         refused = at.chat_message[1].markdown[0].value
         assert "1851" not in refused
         at.button(key=next(b.key for b in at.button if b.key.startswith("everywhere-"))).click()

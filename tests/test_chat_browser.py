@@ -89,7 +89,8 @@ def test_a_second_question_typed_during_a_slow_answer_is_queued_then_answered(ch
     messages = pg.locator('[data-testid="stChatMessage"]')
     expect(messages.filter(has_text=FERMAT)).to_have_count(1)
     expect(messages.filter(has_text=BOOKS)).to_have_count(1)
-    expect(pg.get_by_text("Waiting: asked when the answer above is finished")).to_be_visible()
+    # exactly one waiting note once the page settles (a rerun may briefly show a stale copy)
+    expect(pg.get_by_text("Waiting: asked when the answer above is finished")).to_have_count(1)
     expect(pg.get_by_role("button", name="Stop")).to_be_visible()
     # then both answered, in order, in the page and in the database
     expect(pg.get_by_text("Waiting: asked")).to_have_count(0, timeout=60_000)

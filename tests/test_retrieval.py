@@ -125,7 +125,7 @@ class _Reverse:
     def __init__(self, embedder):
         self.embedder = embedder
 
-    def rerank(self, query, ranked, passages):
+    def rerank(self, query, ranked, passages, *, alpha=None):
         rows = passages([r.chunk_id for r in ranked])
         _Reverse.seen = [c for c in rows if rows[c]["content"]]
         return list(reversed(ranked))
