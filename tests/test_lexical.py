@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 
 import numpy as np
@@ -283,6 +284,11 @@ def test_list_margin_measures_how_peaked_a_list_is():
     assert list_margin(peaked, depth=2) == pytest.approx((0.9 - 0.3) / 0.9)
     assert list_margin([0.5, 0.2], depth=20) == pytest.approx(0.6)  # short list: its last
     assert list_margin([]) == 0.0 and list_margin([0.0, -0.1]) == 0.0
+    # a tiny best above a negative score is as peaked as a list gets, not inf (found by the
+    # fusion property test: inf made every fused score NaN)
+    assert list_margin([2.2250738585e-313, -1.0]) == 1.0
+    fused = fuse({0: 2.2250738585e-313, 1: -1.0}, {}, method="convex", normalization="minmax")
+    assert [i for i, _ in fused] == [0, 1] and all(math.isfinite(s) for _, s in fused)
 
 
 def test_query_alpha_moves_the_weight_toward_the_peaked_list():

@@ -306,7 +306,8 @@ def list_margin(scores: Iterable[float], depth: int = ADAPTIVE_DEPTH) -> float:
     if not ranked or ranked[0] <= 0:
         return 0.0
     kth = ranked[min(depth, len(ranked)) - 1]
-    return max(0.0, (ranked[0] - kth) / ranked[0])
+    # capped at 1: a negative k-th score under a tiny best one would give inf, then NaN scores
+    return min(1.0, max(0.0, (ranked[0] - kth) / ranked[0]))
 
 
 def query_alpha(alpha: float, dense_margin: float, lexical_margin: float,
