@@ -191,7 +191,7 @@ def test_fts_query_shape(text):
         return
     for part in q.split(" OR "):
         assert part.startswith('"') and part.endswith('"') and '"' not in part[1:-1]
-        assert part[1:-1] and part[1:-1] not in lexical.STOPWORDS
+        assert part[1:-1] and part[1:-1] not in lexical.QUERY_STOPWORDS
     assert len(q.split(" OR ")) <= lexical.MAX_QUERY_TERMS
 
 

@@ -46,14 +46,14 @@ MAX_QUERY_TERMS = 64  # a pasted page of text stays a fast query
 
 # Lucene's English stopword list (the one bm25s and Anserini use) plus question words and
 # auxiliaries that carry no topic in a chat question ("what does the report say about ...").
-_STOPWORD_TEXT = """
+_QUERY_STOPWORD_TEXT = """
     a an and are as at be but by for if in into is it no not of on or such that the their then
     there these they this to was will with
     what which who whom whose when where why how do does did can could should would may might
     i me my we our you your he she him her his its them us am been being were has have had
     from about than so also any all some each other only very just
 """
-STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+QUERY_STOPWORDS = frozenset(_QUERY_STOPWORD_TEXT.split())
 
 # FTS5 (unicode61) treats letters, digits and private-use characters as token characters and
 # everything else as a separator. Splitting the same way and double-quoting each token means no
@@ -66,7 +66,7 @@ def query_terms(text: str) -> list[str]:
     seen: dict[str, None] = {}
     for token in _TOKEN.findall(text or ""):
         token = token.lower()
-        if token in STOPWORDS or token in seen:
+        if token in QUERY_STOPWORDS or token in seen:
             continue
         seen[token] = None
         if len(seen) >= MAX_QUERY_TERMS:
@@ -224,7 +224,7 @@ def phrase_tokens(text: str) -> list[str]:
     """The words of ``text`` as phrase matching compares them: lower-cased, stopwords dropped,
     each cut to its first PHRASE_PREFIX letters."""
     return [t[:PHRASE_PREFIX] for t in (w.lower() for w in _TOKEN.findall(text or ""))
-            if t not in STOPWORDS]
+            if t not in QUERY_STOPWORDS]
 
 
 def query_pairs(query: str) -> frozenset[tuple[str, str]]:

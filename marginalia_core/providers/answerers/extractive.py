@@ -54,7 +54,7 @@ from marginalia_core.citations import MARK_RE
 from marginalia_core.providers.answerers import selector
 from marginalia_core.providers.answerers.prompting import (
     NO_SOURCES_ANSWER,
-    STOPWORDS,
+    TOPIC_STOPWORDS,
     rewrite_follow_up,
 )
 
@@ -180,7 +180,7 @@ def stem(word: str) -> str:
 
 
 def terms(text: str) -> list[str]:
-    return [stem(w) for w in WORD_RE.findall(text.lower()) if w not in STOPWORDS]
+    return [stem(w) for w in WORD_RE.findall(text.lower()) if w not in TOPIC_STOPWORDS]
 
 
 def _letters(text: str) -> str:
@@ -386,7 +386,7 @@ def answer_span(question: str, sentence: str) -> str | None:
     else:
         for m in NAME_SPAN_RE.finditer(sentence):
             words = m.group(0).rstrip(".’'").split()
-            while words and (words[0].lower() in STOPWORDS or words[0].lower() in NOT_NAMES):
+            while words and (words[0].lower() in TOPIC_STOPWORDS or words[0].lower() in NOT_NAMES):
                 words = words[1:]  # "The Broncos", "In Paris", "March 1851": not the name
             if words and all(stem(w.lower().strip("'’")) in asked for w in words):
                 continue  # the question's own name

@@ -57,7 +57,7 @@ MAX_REWRITE_CHARS = 300  # a model's rewrite longer than this is not a search qu
 
 # Words that carry no topic: function words, question words and the chat's own vocabulary. The
 # extractive answerer scores sentences with the same list.
-_STOPWORD_TEXT = """a about above after again against all am an and any are as at be because been before being
+_TOPIC_STOPWORD_TEXT = """a about above after again against all am an and any are as at be because been before being
     below between both but by can could did do does doing down during each few for from further had
     has have having he her here hers herself him himself his how i if in into is it its itself just
     me more most my myself no nor not now of off on once only or other our ours ourselves out over
@@ -65,7 +65,7 @@ _STOPWORD_TEXT = """a about above after again against all am an and any are as a
     they this those through to too under until up very was we were what when where which while who
     whom why will with would you your yours yourself yourselves tell say says said does according
     document documents source sources text also else"""
-STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+TOPIC_STOPWORDS = frozenset(_TOPIC_STOPWORD_TEXT.split())
 _WORD_RE = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
 _MARK_RE = re.compile(r"\[\s*\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*\s*\]")
 
@@ -95,7 +95,7 @@ def is_follow_up(question: str) -> bool:
 
 
 def _content_words(text: str) -> list[str]:
-    return [w for w in _WORD_RE.findall(_MARK_RE.sub(" ", text)) if w.lower() not in STOPWORDS]
+    return [w for w in _WORD_RE.findall(_MARK_RE.sub(" ", text)) if w.lower() not in TOPIC_STOPWORDS]
 
 
 def topic_terms(question: str, history: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
