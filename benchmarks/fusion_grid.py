@@ -34,7 +34,7 @@ def ndcg(prepared: ev.Prepared, order) -> float:
     total = 0.0
     for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
         ranked = [RankedChunk(cid, 0.0, 0.0, 0.0, 0.0, 0, None, 0, False) for cid in order(c)]
-        total += ev.score_question(q, ev._units(hits_from(ranked, prepared.chunks), q), TOP_K).ndcg
+        total += ev.score_question(q, ev.rank_units(hits_from(ranked, prepared.chunks), q), TOP_K).ndcg
     return total / max(1, len(prepared.qset.questions))
 
 

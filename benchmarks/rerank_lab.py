@@ -48,7 +48,7 @@ def load(name: str, split: str = "tune"):
 def metrics(prepared, orders) -> dict[str, float]:
     res = []
     for q, ranked in zip(prepared.qset.questions, orders, strict=True):
-        res.append(ev.score_question(q, ev._units(hits_from(ranked, prepared.chunks), q), K))
+        res.append(ev.score_question(q, ev.rank_units(hits_from(ranked, prepared.chunks), q), K))
     m = ev.summarize(res, K)
     return {"ndcg": m["ndcg@10"], "mrr": m[f"mrr@{K}"], "hit1": m["hit@1"]}
 

@@ -269,7 +269,7 @@ def _ordered(prepared: ev.Prepared, order) -> ev.EvalResult:
     results = []
     for q, c in zip(prepared.qset.questions, prepared.candidates, strict=True):
         ranked = [RankedChunk(cid, 0.0, 0.0, 0.0, 0.0, 0, None, 0, False) for cid in order(c)]
-        results.append(ev.score_question(q, ev._units(hits_from(ranked, prepared.chunks), q), TOP_K))
+        results.append(ev.score_question(q, ev.rank_units(hits_from(ranked, prepared.chunks), q), TOP_K))
     cfg = ev.EvalConfig("custom", top_k=TOP_K)
     return ev.EvalResult(prepared.qset.name, cfg, THRESHOLD, ev.summarize(results, TOP_K), results)
 

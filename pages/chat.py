@@ -599,8 +599,12 @@ with left:
     for run in runs:
         with st.chat_message("user"):
             st.markdown(fmt.escape_multiline(run.question))
+            # always this placeholder, so the run that finds the question started replaces the
+            # waiting note in place (a skipped element would leave it on screen, stale, for as
+            # long as that run streams the answer)
+            note = st.empty()
             if run.state == QUEUED:
-                row = st.container(horizontal=True, vertical_alignment="center", gap="small")
+                row = note.container(horizontal=True, vertical_alignment="center", gap="small")
                 row.caption(":material/schedule: Waiting: asked when the answer above is "
                             "finished.")
                 row.button("Remove", key=f"unqueue-{run.id}", type="tertiary",
