@@ -116,7 +116,7 @@ def _load() -> float:
 def embed_floor(data: bytes, emb: Any, settings: Settings) -> dict[str, Any]:
     """The embedder alone on the distinct passages ingestion makes of the book."""
     from marginalia_core.ingest.chunking import chunk_text
-    from marginalia_core.ingest.extraction import extract
+    from marginalia_core.ingest.formats import extract
 
     extracted = extract("book.pdf", data, max_bytes=settings.max_upload_bytes)
     chunks = chunk_text(extracted.text, target=settings.retrieval.chunk_target,
