@@ -4,6 +4,8 @@ never imports Streamlit, and no Streamlit internals anywhere."""
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 from pathlib import Path
 
 from conftest import ROOT
@@ -245,3 +247,59 @@ def test_the_workspace_offers_every_operation_the_table_lists():
     names = [n.strip() for n in listed.split(",")]
     assert len(names) >= 8
     assert [n for n in names if not hasattr(Workspace, n)] == []
+
+
+def core_names_used(path: Path) -> list[tuple[str, str, int]]:
+    """(module, name, line) for every core name a script takes: ``from marginalia_core.m import
+    n`` anywhere (also inside functions) and ``alias.n`` where ``alias`` is a core module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules: dict[str, str] = {}  # local alias -> core module
+    used = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("marginalia_core"):
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                if _is_module(submodule):
+                    modules[alias.asname or alias.name] = submodule
+                else:
+                    used.append((node.module, alias.name, node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("marginalia_core.") and alias.asname:
+                    modules[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules):
+            used.append((modules[node.value.id], node.attr, node.lineno))
+    return used
+
+
+def _is_module(dotted: str) -> bool:
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def test_every_core_name_a_benchmark_uses_exists():
+    """Benchmarks are scripts nothing imports at test time: a core function renamed or moved
+    broke them unseen (retrieval_lab called evaluation._units, the book benchmark imported
+    extract from its old module). Every core name they take must exist."""
+    missing, checked = [], 0
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        for module, name, line in core_names_used(path):
+            checked += 1
+            if not hasattr(importlib.import_module(module), name):
+                missing.append(f"benchmarks/{path.name}:{line}: {module}.{name}")
+    assert checked > 100 and not missing, (checked, missing)
+
+
+def test_the_benchmark_name_check_sees_a_missing_name(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text("from marginalia_core.retrieval import evaluation as ev\n"
+                      "def f():\n    from marginalia_core.ingest.extraction import extract\n"
+                      "    return ev._units, ev.rank_units\n")
+    used = core_names_used(script)
+    assert ("marginalia_core.ingest.extraction", "extract", 3) in used
+    assert ("marginalia_core.retrieval.evaluation", "_units", 4) in used
+    assert not hasattr(importlib.import_module("marginalia_core.ingest.extraction"), "extract")
