@@ -4,7 +4,6 @@ never imports Streamlit, and no Streamlit internals anywhere."""
 from __future__ import annotations
 
 import ast
-import importlib
 import importlib.util
 from pathlib import Path
 
