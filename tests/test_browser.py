@@ -27,6 +27,7 @@ pytestmark = pytest.mark.browser
 PDF = PDFS / "sf__pdflatex-4-pages.pdf"
 DOCS = ROOT / "docs"
 VIEWPORT = {"width": 1400, "height": 900}
+EXPECT_TIMEOUT_MS = 20_000
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -134,8 +135,11 @@ def server(chromium_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(chromium_path):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # an ``expect`` waits up to 5 s by default: too short for a rerun on a machine that is
+    # busy with other work, where these tests must pass too (a wait, not a timing assertion)
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
         yield b
@@ -158,6 +162,33 @@ def page(browser, server):
 def idle(pg, settle_ms: int = 400) -> None:
     pg.wait_for_timeout(settle_ms)
     pg.wait_for_selector(IDLE, timeout=60_000)
+
+
+def choose(pg, key: str, option: str | re.Pattern[str]) -> None:
+    """Pick ``option`` (a whole name, or a pattern) in the selectbox whose widget key is
+    ``key``: its chevron opens the list, as a person clicks it, then the option is clicked.
+    A click while the expander around it is still opening focuses the field but leaves the
+    list shut (seen in headless chromium): then the chevron is clicked again, as a person
+    would."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    field = pg.locator(f".st-key-{key} input[role=combobox]")
+    if isinstance(option, str) and field.input_value() == option:
+        return  # chosen already
+    field.scroll_into_view_if_needed()  # as a person scrolls: the list opens below the fold
+    item = pg.get_by_role("option", name=option, exact=isinstance(option, str) or None)
+    for _ in range(5):
+        if field.get_attribute("aria-expanded") != "true":  # a click on an open list shuts it
+            pg.locator(f".st-key-{key} button[aria-label=Open]").click()
+        try:
+            item.wait_for(timeout=3_000)
+            break
+        except PlaywrightTimeout:
+            continue
+    item.click()
+    idle(pg)
+    chosen = field.input_value()
+    assert (chosen == option if isinstance(option, str) else option.search(chosen)), chosen
 
 
 def go(pg, name: str) -> None:

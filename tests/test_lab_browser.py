@@ -17,6 +17,7 @@ import pytest
 from test_browser import (  # noqa: F401 - fixtures
     _serve,
     browser,
+    choose,
     chromium_path,
     external,
     go,
@@ -198,17 +199,6 @@ def lab_page(browser, lab_server):  # noqa: F811 - the imported fixture
     idle(pg)
     yield pg
     context.close()
-
-
-def choose(pg, key: str, option: str) -> None:
-    """Pick ``option`` in the selectbox whose widget key is ``key``."""
-    field = pg.locator(f".st-key-{key} input[role=combobox]")
-    if field.input_value() == option:
-        return  # chosen already
-    pg.locator(f".st-key-{key} button[aria-label=Open]").click()
-    pg.get_by_role("option", name=option, exact=True).click()
-    idle(pg)
-    assert field.input_value() == option
 
 
 def threshold_now(pg) -> float:
