@@ -27,15 +27,12 @@ from marginalia_core.ingest.embed_cache import EmbeddingCache
 from marginalia_core.ingest.extraction import Extracted, Unit, finish_pages, join_pages
 from marginalia_core.ingest.formats import extract
 from marginalia_core.ingest.health import parse_health
+from marginalia_core.ingest.relay import Relay
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.base import LibraryStore
 from marginalia_core.store.fingerprint import fingerprint
 
 log = logging.getLogger(__name__)
-
-
-class _Abandoned(Exception):
-    """Raised inside the embedding worker once nobody is waiting for its result."""
 
 
 # While a PDF is read, its text so far is cleaned and re-chunked every this many new characters
@@ -203,35 +200,25 @@ def _embed_with_progress(
     CPU or API quota on vectors nobody will store. A ``checkpoint`` that raises after a batch
     stops the worker the same way, waits for it, and passes the exception on.
     """
-    updates: queue.Queue = queue.Queue()
-    result: dict[str, Any] = {}
-    stop = threading.Event()
 
-    def work() -> None:
-        try:
-            for start in range(0, len(texts), slice_size):
-                part = texts[start : start + slice_size]
+    def work(relay: Relay[None]) -> None:
+        for start in range(0, len(texts), slice_size):
+            relay.check()  # stopped: no new slice is started
 
-                def progress(done: int, _total: int, start: int = start) -> None:
-                    if stop.is_set():
-                        raise _Abandoned
-                    updates.put(start + done)
+            def progress(done: int, _total: int, start: int = start) -> None:
+                relay.report(start + done)
 
-                updates.put((start, embedder.embed_documents(part, progress=progress)))
-        except BaseException as exc:  # surfaced in the consuming thread
-            result["error"] = exc
-        finally:
-            updates.put(None)
+            relay.deliver((start, embedder.embed_documents(texts[start : start + slice_size],
+                                                           progress=progress)))
 
-    def drain() -> None:
-        while (item := updates.get()) is not None:
+    def keep_slices(items: Iterable[Any]) -> None:
+        for item in items:
             if not isinstance(item, int):
                 keep(*item)
 
-    worker = threading.Thread(target=work, name="marginalia-embed", daemon=True)
-    worker.start()
+    worker: Relay[None] = Relay(work, "marginalia-embed")
     try:
-        while (item := updates.get()) is not None:
+        for item in worker:
             if not isinstance(item, int):
                 keep(*item)
                 continue
@@ -239,18 +226,12 @@ def _embed_with_progress(
             if checkpoint is not None:
                 checkpoint()
     except GeneratorExit:  # nobody waits: the worker stops at its next batch, unwaited
-        stop.set()
+        worker.stop(wait=False)
         raise
     except BaseException:
-        stop.set()
-        worker.join()
-        drain()  # slices finished meanwhile are kept (cached) all the same
+        keep_slices(worker.stop(wait=True))  # slices finished meanwhile are kept all the same
         raise
-    finally:
-        stop.set()
-    worker.join()
-    if "error" in result:
-        raise result["error"]
+    worker.result()
 
 
 class _EmbeddingProgress:
@@ -485,53 +466,34 @@ def _extract_with_progress(
     ``ocr`` event per page recognised by OCR; the checkpoint runs on the reading thread after
     each page, so a cancel stops it there. ``between_pages`` runs on this (the consuming)
     thread after each page."""
-    updates: queue.Queue = queue.Queue()
-    result: dict[str, Any] = {}
-    stop = threading.Event()
 
-    def on_page(done: int, total: int, text: str) -> None:
-        if stop.is_set():  # nobody is reading the events any more
-            raise _Abandoned
-        if checkpoint is not None:
-            checkpoint()
-        if on_text is not None:
-            on_text(text)
-        updates.put(("extracting", done, total))
+    def work(relay: Relay[Extracted]) -> Extracted:
+        def on_page(done: int, total: int, text: str) -> None:
+            relay.check()  # nobody is reading the events any more: stop here
+            if checkpoint is not None:
+                checkpoint()
+            if on_text is not None:
+                on_text(text)
+            relay.report(("extracting", done, total))
 
-    def on_ocr_page(done: int, total: int) -> None:
-        if stop.is_set():
-            raise _Abandoned
-        if checkpoint is not None:
-            checkpoint()
-        updates.put(("ocr", done, total))
+        def on_ocr_page(done: int, total: int) -> None:
+            relay.check()
+            if checkpoint is not None:
+                checkpoint()
+            relay.report(("ocr", done, total))
 
-    def work() -> None:
-        try:
-            result["extracted"] = extract(name, data, on_page=on_page, ocr_progress=on_ocr_page,
-                                          **options)
-        except BaseException as exc:  # surfaced in the consuming thread
-            result["error"] = exc
-        finally:
-            updates.put(None)
+        return extract(name, data, on_page=on_page, ocr_progress=on_ocr_page, **options)
 
-    worker = threading.Thread(target=work, name="marginalia-extract", daemon=True)
-    worker.start()
+    worker: Relay[Extracted] = Relay(work, "marginalia-extract")
     try:
-        while (item := updates.get()) is not None:
-            stage, done, total = item
+        for stage, done, total in worker:
             yield events.stage(stage, name, done=done, total=total)
             if between_pages is not None:
                 between_pages()
-    except BaseException:
-        stop.set()  # the reader stops at its next page; waited for, so nothing outlives us
-        worker.join()
+    except BaseException:  # also a closed generator: the reader stops at its next page and
+        worker.stop(wait=True)  # is waited for, so nothing outlives us
         raise
-    finally:
-        stop.set()
-    worker.join()
-    if "error" in result:
-        raise result["error"]
-    return result["extracted"]
+    return worker.result()
 
 
 def read_path(
