@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 # and the chunks that can no longer change are embedded on another thread: reading (Python,
 # holds the GIL) and embedding (ONNX / HTTP, releases it) overlap.
 EARLY_EMBED_EVERY_CHARS = 16_000
+# Each look ahead whose passages the embedding cache held entirely doubles the distance to the
+# next: a re-saved copy of an indexed book is read without re-cleaning and re-chunking its
+# growing text every 16,000 characters (quadratic in its length, most of its cost), and a look
+# ahead that finds new text brings the distance back to EARLY_EMBED_EVERY_CHARS.
+CACHED_BACKOFF = 2
 # a chunk is settled once the text runs this many targets past its start (the chunker only
 # looks one window ahead) ...
 SETTLED_TARGETS = 2
@@ -71,6 +76,7 @@ class _EarlyEmbeddings:
         self.overlap = overlap
         self.pages: list[str] = []
         self.pending = 0
+        self.every = EARLY_EMBED_EVERY_CHARS  # written by the consuming thread (``pump``)
         self.seen: set[str] = set()  # reading thread: texts handed over
         self.candidates: queue.Queue[list[str]] = queue.Queue()
         self.vectors: dict[str, np.ndarray] = {}  # consuming thread: cached or embedded here
@@ -87,7 +93,7 @@ class _EarlyEmbeddings:
         """On the reading thread, after each page (its text before the cross-page cleanup)."""
         self.pages.append(text)
         self.pending += len(text)
-        if self.pending < EARLY_EMBED_EVERY_CHARS or self.stop.is_set():
+        if self.pending < self.every or self.stop.is_set():
             return
         self.pending = 0
         settled = len(self.pages) - SETTLED_LAG_PAGES
@@ -112,6 +118,8 @@ class _EarlyEmbeddings:
             hits = self.cache.lookup(batch)
             self.vectors.update(hits)
             misses = [t for t in batch if t not in hits]
+            self.every = (EARLY_EMBED_EVERY_CHARS if misses
+                          else self.every * CACHED_BACKOFF)
             if misses and not self.stop.is_set():
                 self.batches.put(misses)
         while True:
