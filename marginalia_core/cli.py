@@ -316,10 +316,10 @@ def _stream_text(
                 out.write("(stopped: the answer ends here)\n\n")
             sources = event.get("sources") or []
             if sources:
-                mimes = {d["id"]: d.get("mime") for d in ws.documents()}
+                mimes = {d.id: d.mime for d in ws.documents()}
                 out.write("Sources\n")
                 for source in sources:
-                    out.write(f"  {source_line(source, mimes.get(source.get('document_id')))}\n")
+                    out.write(f"  {source_line(source, mimes.get(source.get('document_id', '')))}\n")
                     excerpt = " ".join(str(source.get("excerpt") or "").split())
                     if excerpt:
                         short = excerpt if len(excerpt) <= 100 else excerpt[:99].rstrip() + "…"
@@ -336,7 +336,7 @@ def _stream_text(
 
 def cmd_documents(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for doc in ws.documents():
-        _emit({"type": "document", **doc}, out)
+        _emit({"type": "document", **doc.to_dict()}, out)
     return EXIT_OK
 
 

@@ -25,6 +25,7 @@ from marginalia_core.retrieval.rerank import reranker_class as get_reranker_clas
 from marginalia_core.retrieval.retriever import Hit, Retriever
 from marginalia_core.store import open_store
 from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.records import Document
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
@@ -143,8 +144,8 @@ class Workspace:
         config = merged.retrieval
         target, overlap = config.chunk_target, effective_overlap(
             config.chunk_target, config.chunk_overlap)
-        differ = [d["id"] for d in self.documents()
-                  if (d["chunk_target"], d["chunk_overlap"]) != (target, overlap)]
+        differ = [d.id for d in self.documents()
+                  if (d.chunk_target, d.chunk_overlap) != (target, overlap)]
         return self.reindex_many(differ, target=target, overlap=overlap)
 
     def _use(self, settings: Settings) -> None:
@@ -274,11 +275,11 @@ class Workspace:
 
     # ------------------------------------------------------------------ documents
 
-    def documents(self) -> list[dict[str, Any]]:
+    def documents(self) -> list[Document]:
         """Indexed documents, newest first."""
         return self.store.list_documents()
 
-    def document(self, document_id: str) -> dict[str, Any]:
+    def document(self, document_id: str) -> Document:
         return self.store.get_document(document_id)
 
     def ingest(
@@ -385,11 +386,11 @@ class Workspace:
         for upload in uploads:
             yield from self.job_queue.run_inline([upload], password=password)
 
-    def is_searchable(self, document: dict[str, Any]) -> bool:
+    def is_searchable(self, document: Document) -> bool:
         """Indexed by the active embedder, so it takes part in search."""
         return self.retriever.is_searchable(document)
 
-    def stale_documents(self) -> list[dict[str, Any]]:
+    def stale_documents(self) -> list[Document]:
         """Documents indexed by another embedder: the ones a re-index brings back to search."""
         return self.retriever.stale_documents()
 
@@ -416,9 +417,9 @@ class Workspace:
         """Re-index several documents (``"stale"``: those another embedder indexed; ``"all"``;
         or the given ids), one transaction each; the events of each in turn."""
         if which == "stale":
-            ids = [d["id"] for d in self.stale_documents()]
+            ids = [d.id for d in self.stale_documents()]
         elif which == "all":
-            ids = [d["id"] for d in self.documents()]
+            ids = [d.id for d in self.documents()]
         else:
             ids = list(which)
         for document_id in ids:
@@ -441,7 +442,7 @@ class Workspace:
             stats=chunk_stats(chunks),
             target=target,
             overlap=used,
-            unchanged=target == doc.get("chunk_target") and used == doc.get("chunk_overlap"),
+            unchanged=target == doc.chunk_target and used == doc.chunk_overlap,
         )
 
     @cached_property

@@ -30,6 +30,7 @@ from marginalia_core.citations import cited
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.providers.answerers.extractive import is_refusal
 from marginalia_core.providers.answerers.prompting import NO_SOURCES_ANSWER
+from marginalia_core.store.records import Document
 
 ws = page()
 desk = answer_desk()
@@ -93,24 +94,24 @@ def _run_samples() -> None:
 # --------------------------------------------------------------------------- rendering
 
 def _mimes() -> dict[str, str]:
-    return {d["id"]: d["mime"] for d in ws.documents()}
+    return {d.id: d.mime for d in ws.documents()}
 
 
-def render_scope(cid: str | None, documents: list[dict[str, Any]]) -> list[str] | None:
+def render_scope(cid: str | None, documents: list[Document]) -> list[str] | None:
     """"Search in": the documents this conversation's questions search (all by default).
     Returns the chosen ids, or None for all."""
     if len(documents) < 2:
         return None
     key = _scope_key(cid)
-    known = {d["id"] for d in documents}
+    known = {d.id for d in documents}
     if key not in state:
         state[key] = (list(ws.conversation_documents(cid) or [])
                       if cid and ws.has_conversation(cid) else [])
     state[key] = [i for i in state[key] if i in known]  # a deleted document drops out
-    names = {d["id"]: d["name"] for d in documents}
+    names = {d.id: d.name for d in documents}
     st.multiselect(
         "Search in",
-        [d["id"] for d in documents],
+        [d.id for d in documents],
         format_func=lambda i: fmt.escape_inline(names.get(i, i), 50),
         key=key,
         on_change=_on_scope,
@@ -124,7 +125,7 @@ def render_scope(cid: str | None, documents: list[dict[str, Any]]) -> list[str] 
 def scope_caption(chosen: list[str] | None) -> str:
     if not chosen:
         return "Searching all documents."
-    names = {d["id"]: d["name"] for d in ws.documents()}
+    names = {d.id: d.name for d in ws.documents()}
     listed = ", ".join(fmt.escape_inline(names.get(i, i), 40) for i in chosen)
     return f"Searching only {listed}."
 
@@ -381,7 +382,7 @@ def render_conversation_header(conversation: dict[str, Any], count: int) -> None
         st.error(fmt.escape_inline(problem), icon=":material/error:")
 
 
-def render_empty_state(documents: list[dict[str, Any]]) -> None:
+def render_empty_state(documents: list[Document]) -> None:
     with st.container(key="hero"):
         st.title("Marginalia", anchor=False)
         st.markdown(

@@ -354,8 +354,8 @@ def test_hostile_file_through_ingest_bytes_and_ingest_path(name, env, tmp_path):
     check_store(store)
     if got == "indexed":
         (doc,) = store.list_documents()
-        assert doc["name"] == name
-        for chunk in store.document_chunks(doc["id"]):
+        assert doc.name == name
+        for chunk in store.document_chunks(doc.id):
             assert chunk["content"].strip()
 
 
@@ -413,7 +413,7 @@ def test_names_with_path_separators_and_control_characters(name, env):
     assert all(ch.isprintable() for ch in shown), repr(shown)
     assert 0 < len(shown) <= 200
     if result == "indexed":
-        assert store.list_documents()[0]["name"] == shown
+        assert store.list_documents()[0].name == shown
     else:  # no extension left (e.g. "" or "/") is fine as text; anything else must say why
         assert result in FILE_REASONS
 

@@ -510,7 +510,7 @@ def test_an_unusable_openai_rewrite_is_ignored(openai_chat_ws, fake_openai):
 
 # ------------------------------------------------------------------ document scope (issue 11)
 def ids_by_name(ws: Workspace) -> dict[str, str]:
-    return {d["name"]: d["id"] for d in ws.documents()}
+    return {d.name: d.id for d in ws.documents()}
 
 
 @pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])

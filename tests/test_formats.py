@@ -9,6 +9,7 @@ import io
 from pathlib import Path
 
 import pytest
+from conftest import document
 
 from marginalia_core.ingest import formats
 from marginalia_core.ingest.extraction import Unit
@@ -200,8 +201,9 @@ def test_xlsx_rows_stand_alone_with_their_header_names(workspace):
     assert hits[0].location.endswith("sheet Suppliers, row 2")
     from marginalia_app import presentation as fmt  # the Inspector's chunking table
 
-    assert fmt.document_place(end["document"], 1, 16) == "sheet Budget, rows 2\u201317"
-    assert fmt.document_place({"mime": "application/pdf", "page_count": 9}, 3, 5) == "3\u20135"
+    stored = workspace.document(end["document"]["id"])
+    assert fmt.document_place(stored, 1, 16) == "sheet Budget, rows 2\u201317"
+    assert fmt.document_place(document(mime="application/pdf", page_count=9), 3, 5) == "3\u20135"
 
 
 def test_csv_sniffs_its_delimiter_and_names_the_sheet_after_the_file():

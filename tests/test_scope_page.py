@@ -25,7 +25,7 @@ def app(db_path, monkeypatch, workspace):
 
 
 def test_a_conversation_searches_only_the_chosen_documents(app):
-    docs = {d["name"]: d["id"] for d in app.documents()}
+    docs = {d.name: d.id for d in app.documents()}
     guide = docs["how-marginalia-works.md"]
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
     choice = at.multiselect(key="scope-new")

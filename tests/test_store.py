@@ -59,13 +59,13 @@ def test_pragmas(store):
 
 def test_add_document_writes_chunks_and_vectors(store):
     doc, chunks, vectors = _add(store)
-    assert doc["chunk_count"] == len(chunks) > 1
-    rows = store.document_chunks(doc["id"])
+    assert doc.chunk_count == len(chunks) > 1
+    rows = store.document_chunks(doc.id)
     assert [r["idx"] for r in rows] == list(range(len(chunks)))
     _, ids, matrix = store.load_vectors("m", 8)
     assert ids.tolist() == [r["id"] for r in rows]
     assert np.array_equal(matrix, vectors)  # float32 round trip, bit for bit
-    text, pages = store.document_source(doc["id"])
+    text, pages = store.document_source(doc.id)
     assert text.startswith("Alpha beta.") and pages == [0]
 
 
@@ -82,7 +82,7 @@ def test_failed_write_leaves_nothing(store):
     # a constraint failure inside the transaction rolls back the document row too
     with pytest.raises(INTEGRITY_ERRORS):
         _add(store, "first.txt")  # same content hash
-    assert [d["name"] for d in store.list_documents()] == ["first.txt"]
+    assert [d.name for d in store.list_documents()] == ["first.txt"]
     assert store.generation() == before
     report = store.integrity_report()
     assert report["integrity"] == "ok" and not report["mismatched_documents"]
@@ -91,22 +91,22 @@ def test_failed_write_leaves_nothing(store):
 def test_delete_cascades_and_bumps_generation(store):
     doc, _, _ = _add(store)
     gen = store.generation()
-    assert store.delete_document(doc["id"])
+    assert store.delete_document(doc.id)
     assert store.generation() == gen + 1
     assert store.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
     assert store.bm25(["alpha"], limit=10) == []  # gone from the full-text index too
-    assert not store.delete_document(doc["id"])
+    assert not store.delete_document(doc.id)
     with pytest.raises(NotFoundError):
-        store.get_document(doc["id"])
+        store.get_document(doc.id)
 
 
 def test_replace_is_atomic(store):
     doc, _, _ = _add(store, content_hash="h")
     new, chunks, _ = _add(store, "a.txt", text="Gamma delta. " * 50, content_hash="h",
-                          replace_id=doc["id"], document_id=doc["id"])
-    assert new["id"] == doc["id"]
-    assert store.get_document(doc["id"])["chunk_count"] == len(chunks)
-    assert len(store.document_chunks(doc["id"])) == len(chunks)
+                          replace_id=doc.id, document_id=doc.id)
+    assert new.id == doc.id
+    assert store.get_document(doc.id).chunk_count == len(chunks)
+    assert len(store.document_chunks(doc.id)) == len(chunks)
 
 
 def test_load_vectors_filters_by_embedder(store):
@@ -197,7 +197,7 @@ def test_database_is_browsable_with_sqlite_utils(store):
     tables = set(store.db.table_names())
     assert {"documents", "chunks", "chunks_fts", "conversations", "messages", "_sqlite_migrations"} <= tables
     assert store.db["documents"].count == 1
-    assert store.db["chunks"].count == store.list_documents()[0]["chunk_count"]
+    assert store.db["chunks"].count == store.list_documents()[0].chunk_count
     fks = {(fk.column, fk.other_table) for fk in store.db["chunks"].foreign_keys}
     assert ("document_id", "documents") in fks
 
@@ -222,7 +222,7 @@ def test_a_database_made_by_release_0_1_upgrades_in_place(tmp_path):
     assert "_migrations" not in store.db.table_names()  # one record of what ran, sqlite-utils'
     now = [tuple(r) for r in store.conn.execute("SELECT id, content, embedding FROM chunks ORDER BY id")]
     assert now == [tuple(r) for r in old_chunks]
-    assert sorted(d["name"] for d in store.list_documents()) == [
+    assert sorted(d.name for d in store.list_documents()) == [
         "a-short-history-of-marginalia.md", "caring-for-old-books.pdf"]
     (conversation,) = store.list_conversations()
     answer = store.messages(conversation["id"])[-1]
@@ -346,9 +346,9 @@ def test_rename_search_and_original_file(store):
     assert [c["title"] for c in store.search_conversations("BREAD")] == ["Bread"]
     assert store.search_conversations("10_%") == []
     doc, _, _ = _add(store, "p.pdf", original=b"%PDF-1.4 bytes")
-    assert store.document_file(doc["id"]) == b"%PDF-1.4 bytes"
-    store.delete_document(doc["id"])
-    assert store.document_file(doc["id"]) is None
+    assert store.document_file(doc.id) == b"%PDF-1.4 bytes"
+    store.delete_document(doc.id)
+    assert store.document_file(doc.id) is None
 
 
 def test_m006_upgrades_a_library_with_conversations(db_path):
@@ -381,8 +381,8 @@ def test_m006_upgrades_a_library_with_conversations(db_path):
     assert second["content"] == "b [1]. c [2][1]. d [9]."
     assert second["sources"] == [{"n": 1, "content": "three"}, {"n": 2, "content": "two"}]
     doc, _, _ = _add(store)
-    store.set_conversation_documents("c1", [doc["id"], doc["id"]])
-    assert store.get_conversation("c1")["documents"] == [doc["id"]]  # de-duplicated
+    store.set_conversation_documents("c1", [doc.id, doc.id])
+    assert store.get_conversation("c1")["documents"] == [doc.id]  # de-duplicated
     store.set_conversation_documents("c1", [])
     assert store.get_conversation("c1")["documents"] is None
     store.close()
@@ -391,14 +391,14 @@ def test_m006_upgrades_a_library_with_conversations(db_path):
 def test_ocr_pages_kept_on_the_document_and_its_chunks(store):
     """m008 / p003: which pages OCR read is stored as a list and flags the chunks on them."""
     plain, _, _ = _add(store, "typed.txt")
-    assert plain["ocr_pages"] == [] and store.get_document(plain["id"])["ocr_pages"] == []
+    assert plain.ocr_pages == [] and store.get_document(plain.id).ocr_pages == []
     text = "Scanned words. " * 300
     doc, chunks, _ = _add(store, "scan.pdf", text=text, page_count=2, page_starts=(0, 2000),
                           ocr_pages=[2])
-    assert store.get_document(doc["id"])["ocr_pages"] == [2]
-    assert [d["ocr_pages"] for d in store.list_documents() if d["id"] == doc["id"]] == [[2]]
-    assert store.find_by_hash("scan.pdf")["ocr_pages"] == [2]
-    ids = [c["id"] for c in store.document_chunks(doc["id"])]
+    assert store.get_document(doc.id).ocr_pages == [2]
+    assert [d.ocr_pages for d in store.list_documents() if d.id == doc.id] == [[2]]
+    assert store.find_by_hash("scan.pdf").ocr_pages == [2]
+    ids = [c["id"] for c in store.document_chunks(doc.id)]
     rows = store.chunks_by_ids(ids)
     assert any(r["ocr"] for r in rows.values())
     assert all(r["ocr"] == (r["page_end"] >= 2) for r in rows.values())
@@ -411,18 +411,49 @@ def test_conversation_scope_query_and_keep(store):
 
     a, _, _ = _add(store, "a.txt")
     b, _, _ = _add(store, "b.txt")
-    store.add_exchange("c1", "T", "q1?", "a1", [], query="rewritten q1", documents=[b["id"], a["id"]])
-    assert store.get_conversation("c1")["documents"] == [b["id"], a["id"]]
+    store.add_exchange("c1", "T", "q1?", "a1", [], query="rewritten q1", documents=[b.id, a.id])
+    assert store.get_conversation("c1")["documents"] == [b.id, a.id]
     store.add_exchange("c1", "T", "q2?", "a2", [], documents=KEEP)
-    assert store.get_conversation("c1")["documents"] == [b["id"], a["id"]]
+    assert store.get_conversation("c1")["documents"] == [b.id, a.id]
     answers = [m for m in store.messages("c1") if m["role"] == "assistant"]
     assert [m["query"] for m in answers] == ["rewritten q1", None]
-    assert store.missing_documents([a["id"], "nope", a["id"]]) == ["nope"]
-    assert store.chunk_ids_of_documents([a["id"]]) == sorted(
-        c["id"] for c in store.document_chunks(a["id"]))
-    store.delete_document(b["id"])
-    assert store.get_conversation("c1")["documents"] == [a["id"]]
+    assert store.missing_documents([a.id, "nope", a.id]) == ["nope"]
+    assert store.chunk_ids_of_documents([a.id]) == sorted(
+        c["id"] for c in store.document_chunks(a.id))
+    store.delete_document(b.id)
+    assert store.get_conversation("c1")["documents"] == [a.id]
     store.add_exchange("c1", "T", "q3?", "a3", [], documents=None)
     assert store.get_conversation("c1")["documents"] is None
     with pytest.raises(NotFoundError):
-        store.set_conversation_documents("missing", [a["id"]])
+        store.set_conversation_documents("missing", [a.id])
+
+
+def test_both_backends_return_the_same_document_record(db_path, pg_database):
+    """SQLite and PostgreSQL hand back one record type, field for field the same, for the same
+    document from every read (only the moment it was added differs), and its dict form carries
+    the documents columns, in order, as the JSON surfaces always showed them."""
+    from dataclasses import replace
+
+    from marginalia_core.store import open_postgres, open_sqlite
+    from marginalia_core.store.records import Document
+    from marginalia_core.store.rows import DOCUMENT_COLUMNS
+
+    health = {"pages": 2, "empty": [2], "garbled": [], "tables": 1}
+    records = []
+    for store in (open_sqlite(db_path), open_postgres(pg_database)):
+        try:
+            added, _, _ = _add(store, "scan.pdf", document_id="doc-1", page_count=2,
+                               page_starts=(0, 2000), ocr_pages=[2], parse_health=health,
+                               source_url="https://example.org/scan.pdf",
+                               fetched_at="2026-01-02T03:04:05+00:00")
+            reads = [store.get_document("doc-1"), store.find_by_hash("scan.pdf"),
+                     *store.list_documents()]
+            assert all(type(r) is Document for r in (added, *reads))
+            assert reads == [added] * 3
+            records.append(added)
+        finally:
+            store.close()
+    on_sqlite, on_postgres = records
+    assert replace(on_sqlite, created=on_postgres.created) == on_postgres
+    assert on_sqlite.ocr_pages == [2] and on_sqlite.parse_health == health
+    assert list(on_sqlite.to_dict()) == [c.strip() for c in DOCUMENT_COLUMNS.split(",")]

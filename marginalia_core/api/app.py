@@ -184,7 +184,7 @@ def create_app(
     def list_documents() -> list[dict[str, Any]]:
         """Indexed documents, newest first: id, name, size, chunkCount, created, pageCount,
         embedModel, and whether the active embedder can search them."""
-        return [events.to_wire({**d, "searchable": ws.is_searchable(d)})
+        return [events.to_wire({**d.to_dict(), "searchable": ws.is_searchable(d)})
                 for d in ws.documents()]
 
     @app.post(

@@ -40,6 +40,7 @@ from marginalia_core.store.fingerprint import (
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import DOCUMENT_SOURCE_STATEMENTS, run_statements
+from marginalia_core.store.records import Document
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -353,12 +354,6 @@ def p007_message_status(conn: psycopg.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
 
 
-def _document(row: dict[str, Any]) -> dict[str, Any]:
-    """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
-    row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
-    row["parse_health"] = json.loads(row.get("parse_health") or "{}")
-    return row
-
 
 def migrate_pg(conn: psycopg.Connection) -> list[str]:
     """Apply pending migrations in one transaction under an advisory lock; returns the names
@@ -573,11 +568,11 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     # -- documents ---------------------------------------------------------------------------
 
-    def find_by_hash(self, content_hash: str) -> dict[str, Any] | None:
+    def find_by_hash(self, content_hash: str) -> Document | None:
         rows = self._dicts(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE content_hash = %s", (content_hash,)
         )
-        return _document(rows[0]) if rows else None
+        return Document.from_row(rows[0]) if rows else None
 
     def add_document(
         self,
@@ -603,7 +598,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         source_url: str | None = None,
         fetched_at: str | None = None,
         parse_health: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Document:
         """Write a document and every chunk with its vector in one transaction (``replace_id``
         is deleted in the same one, so readers see the old version or the new, never neither;
         ``original`` keeps the file's bytes, for page views; ``ocr_pages`` the pages read by
@@ -612,25 +607,25 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             raise ValueError("every chunk needs exactly one embedding")
         if len(chunks) and embeddings.shape[1] != embed_dim:
             raise ValueError("embedding dimension does not match the embedder")
-        doc = {
-            "id": document_id or new_id(),
-            "name": name,
-            "mime": mime,
-            "size": int(size),
-            "chunk_count": len(chunks),
-            "page_count": int(page_count),
-            "content_hash": content_hash,
-            "embed_model": embed_model,
-            "embed_dim": int(embed_dim),
-            "chunk_target": int(chunk_target),
-            "chunk_overlap": int(chunk_overlap),
-            "created": now_iso(),
-            "ocr_pages": [int(p) for p in ocr_pages],
-            "locations": locations,
-            "source_url": source_url,
-            "fetched_at": fetched_at,
-            "parse_health": dict(parse_health or {}),
-        }
+        doc = Document(
+            id=document_id or new_id(),
+            name=name,
+            mime=mime,
+            size=int(size),
+            chunk_count=len(chunks),
+            page_count=int(page_count),
+            content_hash=content_hash,
+            embed_model=embed_model,
+            embed_dim=int(embed_dim),
+            chunk_target=int(chunk_target),
+            chunk_overlap=int(chunk_overlap),
+            created=now_iso(),
+            ocr_pages=[int(p) for p in ocr_pages],
+            locations=locations,
+            source_url=source_url,
+            fetched_at=fetched_at,
+            parse_health=dict(parse_health or {}),
+        )
         print_ = fingerprint(text)
         key = embedder_key(embed_model, embed_dim)
         vectors = np.asarray(embeddings, dtype=VECTOR_DTYPE).reshape(len(chunks), int(embed_dim))
@@ -652,25 +647,25 @@ class PostgresStore(JobTable, LibrarySettingsTable):
                 "%(chunk_overlap)s, %(created)s, %(ocr_pages)s, %(locations)s, %(source_url)s, "
                 "%(fetched_at)s, %(parse_health)s, %(text)s, %(page_starts)s, %(text_hash)s, "
                 "%(units)s)",
-                {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
-                 "ocr_pages": json.dumps(doc["ocr_pages"]),
-                 "parse_health": json.dumps(doc["parse_health"]),
+                {**doc.to_dict(), "text": text, "page_starts": json.dumps(list(page_starts)),
+                 "ocr_pages": json.dumps(doc.ocr_pages),
+                 "parse_health": json.dumps(doc.parse_health),
                  "text_hash": print_.text_hash, "units": len(print_.units)},
             )
             with raw.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO document_fingerprints (document_id, unit_hash) VALUES (%s, %s)",
-                    [(doc["id"], u) for u in print_.units],
+                    [(doc.id, u) for u in print_.units],
                 )
             if original is not None:
                 raw.execute(
                     "INSERT INTO document_files (document_id, data) VALUES (%s, %s)",
-                    (doc["id"], bytes(original)),
+                    (doc.id, bytes(original)),
                 )
             self._copy_chunks(
                 raw,
                 (
-                    (doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
+                    (doc.id, c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
                      getattr(c, "location", ""), key, vectors[i])
                     for i, c in enumerate(chunks)
                 ),
@@ -721,7 +716,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     def near_duplicates(
         self, print_: Fingerprint, *, exclude: str | None = None
-    ) -> list[tuple[dict[str, Any], float]]:
+    ) -> list[tuple[Document, float]]:
         """As ``sqlite.Store.near_duplicates``."""
         raw = self.raw
         found: dict[str, float] = {
@@ -743,15 +738,15 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         ranked = sorted(found.items(), key=lambda kv: -kv[1])
         return [(self.get_document(doc_id), share) for doc_id, share in ranked]
 
-    def list_documents(self) -> list[dict[str, Any]]:
+    def list_documents(self) -> list[Document]:
         rows = self._dicts(f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC")
-        return [_document(r) for r in rows]
+        return [Document.from_row(r) for r in rows]
 
-    def get_document(self, document_id: str) -> dict[str, Any]:
+    def get_document(self, document_id: str) -> Document:
         rows = self._dicts(f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = %s", (document_id,))
         if not rows:
             raise NotFoundError(f"No document with id {document_id!r}.")
-        return _document(rows[0])
+        return Document.from_row(rows[0])
 
     def delete_document(self, document_id: str) -> bool:
         raw = self.raw

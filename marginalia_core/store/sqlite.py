@@ -31,6 +31,7 @@ from marginalia_core.store.fts import SqliteLexical
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import migrate
+from marginalia_core.store.records import Document
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -47,13 +48,6 @@ BUSY_TIMEOUT_MS = 30_000
 LOAD_PAGE_ROWS = 4096
 CACHE_LOOKUP_ROWS = 500  # text hashes per embedding-cache query
 
-
-def _document(row: sqlite3.Row) -> dict[str, Any]:
-    """A documents row as a dict; ``ocr_pages`` decoded to its list of page numbers."""
-    doc = dict(row)
-    doc["ocr_pages"] = json.loads(doc.get("ocr_pages") or "[]")
-    doc["parse_health"] = json.loads(doc.get("parse_health") or "{}")
-    return doc
 
 
 class Store(JobTable, LibrarySettingsTable):
@@ -149,11 +143,11 @@ class Store(JobTable, LibrarySettingsTable):
 
     # -- documents ---------------------------------------------------------------------------
 
-    def find_by_hash(self, content_hash: str) -> dict[str, Any] | None:
+    def find_by_hash(self, content_hash: str) -> Document | None:
         row = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE content_hash = ?", (content_hash,)
         ).fetchone()
-        return _document(row) if row else None
+        return Document.from_row(row) if row else None
 
     def add_document(
         self,
@@ -179,7 +173,7 @@ class Store(JobTable, LibrarySettingsTable):
         source_url: str | None = None,
         fetched_at: str | None = None,
         parse_health: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Document:
         """Write a document and every chunk with its vector in one transaction.
 
         Its fingerprint (``store.fingerprint``) goes with it, for near-duplicate checks;
@@ -194,29 +188,29 @@ class Store(JobTable, LibrarySettingsTable):
             raise ValueError("every chunk needs exactly one embedding")
         if len(chunks) and embeddings.shape[1] != embed_dim:
             raise ValueError("embedding dimension does not match the embedder")
-        doc = {
-            "id": document_id or new_id(),
-            "name": name,
-            "mime": mime,
-            "size": int(size),
-            "chunk_count": len(chunks),
-            "page_count": int(page_count),
-            "content_hash": content_hash,
-            "embed_model": embed_model,
-            "embed_dim": int(embed_dim),
-            "chunk_target": int(chunk_target),
-            "chunk_overlap": int(chunk_overlap),
-            "created": now_iso(),
-            "ocr_pages": [int(p) for p in ocr_pages],
-            "locations": locations,
-            "source_url": source_url,
-            "fetched_at": fetched_at,
-            "parse_health": dict(parse_health or {}),
-        }
+        doc = Document(
+            id=document_id or new_id(),
+            name=name,
+            mime=mime,
+            size=int(size),
+            chunk_count=len(chunks),
+            page_count=int(page_count),
+            content_hash=content_hash,
+            embed_model=embed_model,
+            embed_dim=int(embed_dim),
+            chunk_target=int(chunk_target),
+            chunk_overlap=int(chunk_overlap),
+            created=now_iso(),
+            ocr_pages=[int(p) for p in ocr_pages],
+            locations=locations,
+            source_url=source_url,
+            fetched_at=fetched_at,
+            parse_health=dict(parse_health or {}),
+        )
         print_ = fingerprint(text)
         rows = [
             (
-                doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
+                doc.id, c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
                 getattr(c, "location", ""), vector_to_blob(embeddings[i]),
             )
             for i, c in enumerate(chunks)
@@ -233,14 +227,14 @@ class Store(JobTable, LibrarySettingsTable):
                 ":embed_model, :embed_dim, :chunk_target, :chunk_overlap, :created, "
                 ":ocr_pages, :locations, :source_url, :fetched_at, :parse_health, :text, "
                 ":page_starts, :text_hash, :units)",
-                {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
-                 "ocr_pages": json.dumps(doc["ocr_pages"]),
-                 "parse_health": json.dumps(doc["parse_health"]),
+                {**doc.to_dict(), "text": text, "page_starts": json.dumps(list(page_starts)),
+                 "ocr_pages": json.dumps(doc.ocr_pages),
+                 "parse_health": json.dumps(doc.parse_health),
                  "text_hash": print_.text_hash, "units": len(print_.units)},
             )
             conn.executemany(
                 "INSERT INTO document_fingerprints (document_id, unit_hash) VALUES (?, ?)",
-                [(doc["id"], u) for u in print_.units],
+                [(doc.id, u) for u in print_.units],
             )
             conn.executemany(
                 'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
@@ -250,14 +244,14 @@ class Store(JobTable, LibrarySettingsTable):
             if original is not None:
                 conn.execute(
                     "INSERT INTO document_files (document_id, data) VALUES (?, ?)",
-                    (doc["id"], bytes(original)),
+                    (doc.id, bytes(original)),
                 )
             self._bump_generation(conn, deleted=replaced)
         return doc
 
     def near_duplicates(
         self, print_: Fingerprint, *, exclude: str | None = None
-    ) -> list[tuple[dict[str, Any], float]]:
+    ) -> list[tuple[Document, float]]:
         """Documents whose text is the same as ``print_``'s after normalisation (share 1.0) or
         that share at least ``NEAR_DUPLICATE_SHARE`` of the passages, best first."""
         found: dict[str, float] = {
@@ -279,19 +273,19 @@ class Store(JobTable, LibrarySettingsTable):
         ranked = sorted(found.items(), key=lambda kv: -kv[1])
         return [(self.get_document(doc_id), share) for doc_id, share in ranked]
 
-    def list_documents(self) -> list[dict[str, Any]]:
+    def list_documents(self) -> list[Document]:
         rows = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC"
         ).fetchall()
-        return [_document(r) for r in rows]
+        return [Document.from_row(r) for r in rows]
 
-    def get_document(self, document_id: str) -> dict[str, Any]:
+    def get_document(self, document_id: str) -> Document:
         row = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = ?", (document_id,)
         ).fetchone()
         if row is None:
             raise NotFoundError(f"No document with id {document_id!r}.")
-        return _document(row)
+        return Document.from_row(row)
 
     def delete_document(self, document_id: str) -> bool:
         """Delete a document; its chunks go with it (ON DELETE CASCADE)."""

@@ -1,0 +1,79 @@
+"""The typed records both store backends return: what a caller reads of a stored row, by
+attribute, the same class whichever database holds the library.
+
+Pure Python, no SQL: each record is built from a row mapping (by column name) with one shared
+constructor, so SQLite and PostgreSQL cannot drift apart in what they hand back. ``to_dict``
+gives the plain JSON-ready form the wire surfaces (HTTP API, MCP, CLI ``--json``, NDJSON
+events) have always carried, with the same keys.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+EMPTY_LIST_JSON = "[]"  # a stored empty list (OCR pages, locations)
+NO_HEALTH_JSON = "{}"  # parse health of a document indexed before it was checked
+
+
+def _decoded(value: Any, empty: str) -> Any:
+    """A JSON column's value decoded (already decoded values pass through)."""
+    if isinstance(value, str | bytes):
+        return json.loads(value or empty)
+    return json.loads(empty) if value is None else value
+
+
+@dataclass(frozen=True)
+class Document:
+    """One indexed document, as both backends return it (``list_documents``,
+    ``get_document``, ``add_document`` ...): a typed record rather than a dict, so a misspelt
+    field fails where it is read and mypy sees what every surface relies on."""
+
+    id: str
+    name: str
+    mime: str
+    size: int
+    chunk_count: int
+    page_count: int
+    content_hash: str
+    embed_model: str
+    embed_dim: int
+    chunk_target: int
+    chunk_overlap: int
+    created: str
+    ocr_pages: list[int] = field(default_factory=list)  # pages read by OCR
+    locations: str = EMPTY_LIST_JSON  # JSON list of its units' names (``formats.decode_units``)
+    source_url: str | None = None  # a web page's address
+    fetched_at: str | None = None  # when that page was fetched
+    parse_health: dict[str, Any] = field(default_factory=dict)  # ``ingest.health``'s findings
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Document:
+        """A documents row (``rows.DOCUMENT_COLUMNS``, by name) with its JSON columns decoded;
+        the one constructor both backends use."""
+        return cls(
+            id=str(row["id"]),
+            name=str(row["name"]),
+            mime=str(row["mime"]),
+            size=int(row["size"]),
+            chunk_count=int(row["chunk_count"]),
+            page_count=int(row["page_count"]),
+            content_hash=str(row["content_hash"]),
+            embed_model=str(row["embed_model"]),
+            embed_dim=int(row["embed_dim"]),
+            chunk_target=int(row["chunk_target"]),
+            chunk_overlap=int(row["chunk_overlap"]),
+            created=str(row["created"]),
+            ocr_pages=[int(p) for p in _decoded(row["ocr_pages"], EMPTY_LIST_JSON)],
+            locations=str(row["locations"] or EMPTY_LIST_JSON),
+            source_url=row["source_url"],
+            fetched_at=row["fetched_at"],
+            parse_health=dict(_decoded(row["parse_health"], NO_HEALTH_JSON)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form, keys as the API, MCP, CLI and events have always shown them."""
+        return asdict(self)
+
