@@ -383,7 +383,7 @@ def cmd_conversation(ws: Workspace, args: argparse.Namespace, out: TextIO, err: 
     conv = ws.conversation(args.id)
     _emit({"type": "conversation", **conv}, out)
     for msg in ws.messages(args.id):
-        _emit({"type": "message", **msg}, out)
+        _emit({"type": "message", **msg.to_dict()}, out)
     return EXIT_OK
 
 

@@ -25,7 +25,7 @@ from marginalia_core.retrieval.rerank import reranker_class as get_reranker_clas
 from marginalia_core.retrieval.retriever import Hit, Retriever
 from marginalia_core.store import open_store
 from marginalia_core.store.base import LibraryStore
-from marginalia_core.store.records import Document
+from marginalia_core.store.records import Document, Message
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
@@ -592,7 +592,7 @@ class Workspace:
             return False
         return True
 
-    def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+    def messages(self, conversation_id: str) -> list[Message]:
         """A conversation's messages, oldest first, each assistant message with its sources."""
         return self.store.messages(conversation_id)
 

@@ -40,7 +40,7 @@ from fake_openai import fake_openai_fixture, fake_openai_server_fixture  # noqa:
 
 from marginalia_core.config import Settings  # noqa: E402
 from marginalia_core.store import open_store  # noqa: E402
-from marginalia_core.store.records import Document  # noqa: E402
+from marginalia_core.store.records import Document, Message  # noqa: E402
 
 SQLITE_ONLY_RUN = os.environ.get("MARGINALIA_TEST_BACKENDS", "").strip().lower() == "sqlite"
 BACKEND_FIXTURES = {"store", "settings", "workspace", "gemini_settings", "store_backend"}
@@ -184,6 +184,20 @@ def document(**fields: Any) -> Document:
     """A ``Document`` record with only the fields a test cares about given (the rest as a
     small stored text file), built the way the stores build theirs."""
     return Document.from_row({**DOCUMENT_DEFAULTS, **fields})
+
+
+# a stored message's columns for a record built by hand (``message``)
+MESSAGE_DEFAULTS: dict[str, Any] = {
+    "id": "m1", "conversation_id": "c1", "role": "assistant", "content": "",
+    "sources": "[]", "created": "2026-01-01T00:00:00+00:00", "query": None, "support": None,
+    "status": "complete",
+}
+
+
+def message(**fields: Any) -> Message:
+    """A ``Message`` record with only the fields a test cares about given (an answer unless
+    ``role`` says otherwise), built the way the stores build theirs."""
+    return Message.from_row({**MESSAGE_DEFAULTS, **fields})
 
 
 @pytest.fixture

@@ -171,7 +171,7 @@ def test_question_streams_a_cited_answer_and_a_pill_opens_its_passage(app_env, w
     # saved with only the cited sources; listed in the sidebar
     convs = workspace.store.list_conversations()
     assert len(convs) == 1 and convs[0]["title"] == FERMAT
-    saved = workspace.store.messages(convs[0]["id"])[-1]["sources"]
+    saved = workspace.store.messages(convs[0]["id"])[-1].sources
     assert {s["n"] for s in saved} == {int(re.match(r"\\\[(\d+)", o).group(1)) for o in pills.options}
     assert at.sidebar.button(key=f"conv-{convs[0]['id']}")
 
@@ -180,7 +180,7 @@ def test_reopened_conversation_shows_its_saved_sources(app_env, workspace):
     seed(workspace, *samples())
     events = list(workspace.chat.ask(FERMAT))
     cid = events[-1]["conversation_id"]
-    saved = workspace.store.messages(cid)[-1]["sources"]
+    saved = workspace.store.messages(cid)[-1].sources
     assert saved
 
     at = start()  # a new session: starts on a new conversation

@@ -147,7 +147,7 @@ def check_consistency(store: Store, ledger: Ledger) -> dict[str, int]:
     ).fetchone()[0]
     assert orphans == 0
     for conv in store.list_conversations():
-        roles = [m["role"] for m in store.messages(conv["id"])]
+        roles = [m.role for m in store.messages(conv["id"])]
         assert roles and roles == ["user", "assistant"] * (len(roles) // 2), (conv, roles)
         assert len(roles) == 2 * ledger.exchanges[conv["id"]], conv
     for cid in ledger.exchanges:

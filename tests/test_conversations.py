@@ -9,7 +9,7 @@ from datetime import date
 
 import pytest
 import streamlit as st
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, message
 from streamlit.testing.v1 import AppTest
 
 from marginalia_app import presentation as fmt
@@ -74,9 +74,9 @@ def test_export_is_markdown_with_the_cited_passages(library):
     assert markdown.startswith("# What did Fermat write in the margin?\n")
     assert "## 1. What did Fermat write in the margin?" in markdown
     assert "## 2. What temperature and humidity are best for old books?" in markdown
-    for answer in (m for m in messages if m["role"] == "assistant"):
-        assert answer["content"].strip() in markdown  # the answer with its [n] marks
-        for source in answer["sources"]:
+    for answer in (m for m in messages if m.role == "assistant"):
+        assert answer.content.strip() in markdown  # the answer with its [n] marks
+        for source in answer.sources:
             assert f"\\[{source['n']}\\] " in markdown
     assert "caring\\-for\\-old\\-books\\.pdf · p. 1" in markdown  # PDFs say their page
     assert "a\\-short\\-history\\-of\\-marginalia\\.md\n" in markdown  # .md files do not
@@ -87,9 +87,9 @@ def test_export_quotes_document_markup_as_text():
     conv = {"id": "c", "title": "Hostile <b>", "created": "2026-01-02T10:00:00+00:00",
             "updated": "2026-01-02T10:05:00+00:00"}
     messages = [
-        {"role": "user", "content": "What?"},
-        {"role": "assistant", "content": "It says so [1]. <img src=x>",
-         "sources": [{"n": 1, "document_name": "x.md", "content": "# Head\n\n<script>x</script>"}]},
+        message(role="user", content="What?"),
+        message(content="It says so [1]. <img src=x>",
+                sources=[{"n": 1, "document_name": "x.md", "content": "# Head\n\n<script>x</script>"}]),
     ]
     out = conversation_markdown(conv, messages, now="2026-01-03T00:00:00+00:00")
     assert "# Hostile \\<b\\>" in out and "\\<img src=x>" in out

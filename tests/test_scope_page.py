@@ -35,7 +35,7 @@ def test_a_conversation_searches_only_the_chosen_documents(app):
     assert not at.exception
     (conv,) = app.conversations()
     assert app.conversation_documents(conv["id"]) == [guide]
-    saved = app.messages(conv["id"])[-1]["sources"]
+    saved = app.messages(conv["id"])[-1].sources
     assert all(s["document_id"] == guide for s in saved)
     assert any("Searching only how\\-marginalia\\-works\\.md" in c.value for c in at.caption)
     # the stored conversation's own choice is shown; widening it is kept for the next question

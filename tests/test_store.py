@@ -129,8 +129,8 @@ def test_conversations_order_and_cascade(store):
     convs = store.list_conversations()
     assert convs[0]["id"] == b["id"] and convs[0]["message_count"] == 2
     msgs = store.messages(b["id"])
-    assert [m["role"] for m in msgs] == ["user", "assistant"]
-    assert msgs[1]["sources"] == [{"n": 1, "content": "x"}]
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[1].sources == [{"n": 1, "content": "x"}]
     assert store.delete_conversation(b["id"])
     assert store.conn.execute(
         "SELECT COUNT(*) FROM messages WHERE conversation_id = ?", (b["id"],)
@@ -140,7 +140,7 @@ def test_conversations_order_and_cascade(store):
 def test_an_answer_keeps_its_status_stopped_or_complete(store):
     store.add_exchange("c1", "title", "q1", "a1", [])
     store.add_exchange("c1", "title", "q2", "the start of", [], status="stopped")
-    assert [m["status"] for m in store.messages("c1")] == ["complete"] * 3 + ["stopped"]
+    assert [m.status for m in store.messages("c1")] == ["complete"] * 3 + ["stopped"]
 
 
 def test_add_exchange_creates_conversation_atomically(store):
@@ -158,7 +158,7 @@ def test_messages_limit_keeps_latest_in_order(store):
     for i in range(14):
         store.add_message(conv["id"], "user" if i % 2 == 0 else "assistant", f"m{i}")
     last = store.messages(conv["id"], limit=10)
-    assert [m["content"] for m in last] == [f"m{i}" for i in range(4, 14)]
+    assert [m.content for m in last] == [f"m{i}" for i in range(4, 14)]
 
 
 def test_threads_write_and_read_concurrently(store):
@@ -226,8 +226,8 @@ def test_a_database_made_by_release_0_1_upgrades_in_place(tmp_path):
         "a-short-history-of-marginalia.md", "caring-for-old-books.pdf"]
     (conversation,) = store.list_conversations()
     answer = store.messages(conversation["id"])[-1]
-    assert answer["sources"] and "document_name" in answer["sources"][0]
-    assert "documentName" not in answer["sources"][0]
+    assert answer.sources and "document_name" in answer.sources[0]
+    assert "documentName" not in answer.sources[0]
     # the FTS index made by 0.1 still answers after the upgrade
     hits = store.conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'Fermat'").fetchall()
     assert hits
@@ -265,14 +265,14 @@ def test_sources_saved_by_release_0_1_in_camelcase_upgrade_to_snake_case(db_path
     _, message = store.add_exchange(store.create_conversation("t")["id"], "t", "q", "a [1]", [])
     old = '[{"n": 1, "documentName": "a.md", "chunkId": 3, "pageEnd": 2, "page": 1}]'
     with store.write() as conn:
-        conn.execute("UPDATE messages SET sources = ? WHERE id = ?", (old, message["id"]))
+        conn.execute("UPDATE messages SET sources = ? WHERE id = ?", (old, message.id))
         conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm004_sources_snake_case'")
     store.close()
     conn = sqlite3.connect(db_path, isolation_level=None)
     assert migrate(conn) == ["m004_sources_snake_case"]
     conn.close()
     store = Store(db_path)
-    saved = store.messages(message["conversation_id"])[-1]["sources"]
+    saved = store.messages(message.conversation_id)[-1].sources
     assert saved == [{"n": 1, "document_name": "a.md", "chunk_id": 3, "page_end": 2, "page": 1}]
     store.close()
 
@@ -376,10 +376,10 @@ def test_m006_upgrades_a_library_with_conversations(db_path):
     store = Store(db_path)
     assert store.get_conversation("c1")["documents"] is None
     first, second = store.messages("c1")
-    assert first["query"] is None and first["content"] == "a [1]"
+    assert first.query is None and first.content == "a [1]"
     # saved before renumbering existed: renumbered like new answers, unknown [9] left as it is
-    assert second["content"] == "b [1]. c [2][1]. d [9]."
-    assert second["sources"] == [{"n": 1, "content": "three"}, {"n": 2, "content": "two"}]
+    assert second.content == "b [1]. c [2][1]. d [9]."
+    assert second.sources == [{"n": 1, "content": "three"}, {"n": 2, "content": "two"}]
     doc, _, _ = _add(store)
     store.set_conversation_documents("c1", [doc.id, doc.id])
     assert store.get_conversation("c1")["documents"] == [doc.id]  # de-duplicated
@@ -415,8 +415,8 @@ def test_conversation_scope_query_and_keep(store):
     assert store.get_conversation("c1")["documents"] == [b.id, a.id]
     store.add_exchange("c1", "T", "q2?", "a2", [], documents=KEEP)
     assert store.get_conversation("c1")["documents"] == [b.id, a.id]
-    answers = [m for m in store.messages("c1") if m["role"] == "assistant"]
-    assert [m["query"] for m in answers] == ["rewritten q1", None]
+    answers = [m for m in store.messages("c1") if m.role == "assistant"]
+    assert [m.query for m in answers] == ["rewritten q1", None]
     assert store.missing_documents([a.id, "nope", a.id]) == ["nope"]
     assert store.chunk_ids_of_documents([a.id]) == sorted(
         c["id"] for c in store.document_chunks(a.id))
@@ -457,3 +457,34 @@ def test_both_backends_return_the_same_document_record(db_path, pg_database):
     assert replace(on_sqlite, created=on_postgres.created) == on_postgres
     assert on_sqlite.ocr_pages == [2] and on_sqlite.parse_health == health
     assert list(on_sqlite.to_dict()) == [c.strip() for c in DOCUMENT_COLUMNS.split(",")]
+
+
+def test_both_backends_return_the_same_message_records(db_path, pg_database):
+    """A saved exchange reads back as ``Message`` records on either backend, equal field for
+    field but for their random ids and insertion times, and equal to what ``add_exchange``
+    returned."""
+    from dataclasses import replace
+
+    from marginalia_core.store import open_postgres, open_sqlite
+    from marginalia_core.store.records import Message
+
+    sources = [{"n": 1, "document_name": "a.md", "content": "Fermat wrote in the margin."}]
+    support = [{"sentence": "He wrote [1].", "marks": [1], "supported": True}]
+    saved = []
+    for store in (open_sqlite(db_path), open_postgres(pg_database)):
+        try:
+            added = store.add_exchange("c1", "T", "Who wrote?", "He wrote [1].", sources,
+                                       query="who wrote in the margin", support=support,
+                                       status="stopped")
+            read = store.messages("c1")
+            assert all(type(m) is Message for m in (*added, *read))
+            assert list(added) == read
+            saved.append(read)
+        finally:
+            store.close()
+    on_sqlite, on_postgres = saved
+    assert [replace(a, id=b.id, created=b.created) for a, b in zip(on_sqlite, on_postgres,
+                                                                   strict=True)] == on_postgres
+    question, answer = on_sqlite
+    assert (question.role, question.sources, question.support) == ("user", [], None)
+    assert (answer.sources, answer.support, answer.status) == (sources, support, "stopped")

@@ -263,7 +263,7 @@ def create_app(
     def get_conversation(conversation_id: str) -> dict[str, Any]:
         """The conversation with its messages, oldest first, each answer with its Sources."""
         conversation = ws.conversation(conversation_id)
-        return events.to_wire({**conversation, "messages": ws.messages(conversation_id)})
+        return events.to_wire({**conversation, "messages": [m.to_dict() for m in ws.messages(conversation_id)]})
 
     @app.delete("/api/conversations/{conversation_id}", tags=["conversations"])
     def delete_conversation(conversation_id: str) -> dict[str, Any]:

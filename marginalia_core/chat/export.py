@@ -15,6 +15,7 @@ from typing import Any
 
 from marginalia_core.citations import find_marks
 from marginalia_core.ingest import formats
+from marginalia_core.store.records import ANSWER_STOPPED, Message
 
 FILENAME_CHARS = 60
 _MD_SPECIAL_RE = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~])")
@@ -63,7 +64,7 @@ def _cited_in_order(answer: str, numbers: Sequence[int]) -> list[int]:
 
 
 def conversation_markdown(
-    conversation: dict[str, Any], messages: Sequence[dict[str, Any]], *, now: str | None = None
+    conversation: dict[str, Any], messages: Sequence[Message], *, now: str | None = None
 ) -> str:
     """The whole conversation as Markdown, oldest message first."""
     title = _one_line(conversation.get("title") or "Untitled conversation")
@@ -76,21 +77,21 @@ def conversation_markdown(
     ]
     turn = 0
     for message in messages:
-        if message["role"] == "user":
+        if message.role == "user":
             turn += 1
-            lines += ["", f"## {turn}. {_literal(_one_line(message['content']))}", ""]
+            lines += ["", f"## {turn}. {_literal(_one_line(message.content))}", ""]
             continue
         # the answer keeps its own formatting, but never becomes HTML in a viewer
-        lines += ["", message["content"].strip().replace("<", "\\<"), ""]
-        if message.get("status") == "stopped":
+        lines += ["", message.content.strip().replace("<", "\\<"), ""]
+        if message.status == ANSWER_STOPPED:
             lines += ["_Stopped by the reader: the answer ends here._", ""]
-        sources = message.get("sources") or []
+        sources = message.sources
         if not sources:
             lines += ["_No passage was cited for this answer._"]
             continue
         by_n = {int(s["n"]): s for s in sources}
         lines += ["**Cited passages**", ""]
-        for n in _cited_in_order(message["content"], list(by_n)):
+        for n in _cited_in_order(message.content, list(by_n)):
             source = by_n[n]
             where = " · ".join(
                 p for p in (_literal(_one_line(source.get("document_name", ""))), _pages(source))

@@ -21,7 +21,7 @@ import numpy as np
 
 from marginalia_core.config import POSTGRES_SCHEMES
 from marginalia_core.store.fingerprint import Fingerprint
-from marginalia_core.store.records import Document
+from marginalia_core.store.records import Document, Message
 
 
 class ChunkRecord(Protocol):
@@ -190,7 +190,7 @@ class LibraryStore(LexicalSource, Protocol):
     def add_message(
         self, conversation_id: str, role: str, content: str,
         sources: Sequence[dict[str, Any]] = (),
-    ) -> dict[str, Any]: ...
+    ) -> Message: ...
 
     def add_exchange(
         self, conversation_id: str, title: str, question: str, answer: str,
@@ -198,9 +198,9 @@ class LibraryStore(LexicalSource, Protocol):
         documents: Any = ...,  # a list of ids, None (all) or rows.KEEP (leave as it is)
         support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",  # or "stopped": the reader stopped the answer
-    ) -> tuple[dict[str, Any], dict[str, Any]]: ...
+    ) -> tuple[Message, Message]: ...
 
-    def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]: ...
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[Message]: ...
 
     # ingestion jobs (store.job_table)
     def list_jobs(self, *, ended_limit: int) -> list[dict[str, Any]]: ...

@@ -40,7 +40,7 @@ from marginalia_core.store.fingerprint import (
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import DOCUMENT_SOURCE_STATEMENTS, run_statements
-from marginalia_core.store.records import Document
+from marginalia_core.store.records import Document, Message
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -1174,7 +1174,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         role: str,
         content: str,
         sources: Sequence[dict[str, Any]] = (),
-    ) -> dict[str, Any]:
+    ) -> Message:
         raw = self.raw
         with raw.transaction():
             return self._insert_message(conversation_id, role, content, sources)
@@ -1191,7 +1191,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         documents: Sequence[str] | None | Keep = KEEP,
         support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    ) -> tuple[Message, Message]:
         """A question with its complete (or stopped: ``status``) answer (creating the
         conversation if new), one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
@@ -1227,35 +1227,31 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         query: str | None = None,
         support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
-    ) -> dict[str, Any]:
+    ) -> Message:
         """Insert a message inside an open ``write()`` transaction and touch its conversation.
         ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         raw = self.raw
         stamp = now_iso()
-        msg = {
-            "id": new_id(),
-            "conversation_id": conversation_id,
-            "role": role,
-            "content": content,
-            "sources": json.dumps(list(sources), ensure_ascii=False),
-            "created": stamp,
-            "query": query,
-            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
-            "status": status,
-        }
+        msg = Message(
+            id=new_id(), conversation_id=conversation_id, role=role, content=content,
+            sources=list(sources), created=stamp, query=query,
+            support=None if support is None else list(support), status=status,
+        )
+        row = {**msg.to_dict(), "sources": json.dumps(msg.sources, ensure_ascii=False),
+               "support": None if msg.support is None
+               else json.dumps(msg.support, ensure_ascii=False)}
         raw.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
             "support, status) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
             "%(created)s, %(query)s, %(support)s, %(status)s)",
-            msg,
+            row,
         )
         raw.execute(
             "UPDATE conversations SET updated = %s WHERE id = %s", (stamp, conversation_id)
         )
-        return {**msg, "sources": list(sources),
-                "support": None if support is None else list(support)}
+        return msg
 
-    def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[Message]:
         query = (
             "SELECT id, conversation_id, role, content, sources, created, query, support, status "
             "FROM messages "
@@ -1266,12 +1262,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             query += " LIMIT %s"
             params.append(int(limit))
         rows = self._dicts(query, params)
-        out = []
-        for item in reversed(rows):
-            item["sources"] = json.loads(item["sources"] or "[]")
-            item["support"] = None if item["support"] is None else json.loads(item["support"])
-            out.append(item)
-        return out
+        return [Message.from_row(r) for r in reversed(rows)]
 
 
 # --- copying a SQLite library in ------------------------------------------------------------

@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-EMPTY_LIST_JSON = "[]"  # a stored empty list (OCR pages, locations)
+EMPTY_LIST_JSON = "[]"  # a stored empty list (OCR pages, locations, sources)
 NO_HEALTH_JSON = "{}"  # parse health of a document indexed before it was checked
+# a saved answer's status: complete, or stopped (the reader pressed Stop; saved as far as it got)
+ANSWER_COMPLETE, ANSWER_STOPPED = "complete", "stopped"
 
 
 def _decoded(value: Any, empty: str) -> Any:
@@ -77,3 +79,40 @@ class Document:
         """The JSON-ready form, keys as the API, MCP, CLI and events have always shown them."""
         return asdict(self)
 
+
+@dataclass(frozen=True)
+class Message:
+    """One question or answer of a conversation (``messages``, ``add_exchange``): an answer
+    carries the sources it cites, what was searched for it (``query``), its per-sentence
+    citation check (``support``, None when unchecked) and its ``status``."""
+
+    id: str
+    conversation_id: str
+    role: str  # "user" | "assistant"
+    content: str
+    sources: list[dict[str, Any]]  # events.Source each, as saved
+    created: str
+    query: str | None  # answers only: the question as searched (a follow-up rewritten)
+    support: list[dict[str, Any]] | None  # chat.support.SentenceSupport.as_dict each
+    status: str  # ANSWER_COMPLETE or ANSWER_STOPPED
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Message:
+        """A messages row (by name) with ``sources`` and ``support`` decoded; the one
+        constructor both backends use."""
+        support = row["support"]
+        return cls(
+            id=str(row["id"]),
+            conversation_id=str(row["conversation_id"]),
+            role=str(row["role"]),
+            content=str(row["content"]),
+            sources=list(_decoded(row["sources"], EMPTY_LIST_JSON)),
+            created=str(row["created"]),
+            query=row["query"],
+            support=None if support is None else list(_decoded(support, EMPTY_LIST_JSON)),
+            status=str(row["status"] or ANSWER_COMPLETE),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (the API's and the CLI's ``message`` lines)."""
+        return asdict(self)

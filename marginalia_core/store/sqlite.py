@@ -31,7 +31,7 @@ from marginalia_core.store.fts import SqliteLexical
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import migrate
-from marginalia_core.store.records import Document
+from marginalia_core.store.records import Document, Message
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -671,7 +671,7 @@ class Store(JobTable, LibrarySettingsTable):
         role: str,
         content: str,
         sources: Sequence[dict[str, Any]] = (),
-    ) -> dict[str, Any]:
+    ) -> Message:
         with self.write():
             return self._insert_message(conversation_id, role, content, sources)
 
@@ -687,7 +687,7 @@ class Store(JobTable, LibrarySettingsTable):
         documents: Sequence[str] | None | Keep = KEEP,
         support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    ) -> tuple[Message, Message]:
         """Save a question with its complete (or stopped: ``status``) answer (creating the
         conversation if new) in one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
@@ -722,33 +722,29 @@ class Store(JobTable, LibrarySettingsTable):
         query: str | None = None,
         support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
-    ) -> dict[str, Any]:
+    ) -> Message:
         """Insert a message inside an open ``write()`` transaction and touch its conversation.
         ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         stamp = now_iso()
-        msg = {
-            "id": new_id(),
-            "conversation_id": conversation_id,
-            "role": role,
-            "content": content,
-            "sources": json.dumps(list(sources), ensure_ascii=False),
-            "created": stamp,
-            "query": query,
-            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
-            "status": status,
-        }
+        msg = Message(
+            id=new_id(), conversation_id=conversation_id, role=role, content=content,
+            sources=list(sources), created=stamp, query=query,
+            support=None if support is None else list(support), status=status,
+        )
+        row = {**msg.to_dict(), "sources": json.dumps(msg.sources, ensure_ascii=False),
+               "support": None if msg.support is None
+               else json.dumps(msg.support, ensure_ascii=False)}
         conn = self.conn
         conn.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
             "support, status) VALUES (:id, :conversation_id, :role, :content, :sources, "
             ":created, :query, :support, :status)",
-            msg,
+            row,
         )
         conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
-        return {**msg, "sources": list(sources),
-                "support": None if support is None else list(support)}
+        return msg
 
-    def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[Message]:
         """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones. An
         answer's ``query`` is what was searched for it (None on questions and older answers)."""
         sql = (
@@ -761,10 +757,4 @@ class Store(JobTable, LibrarySettingsTable):
             sql += " LIMIT ?"
             params.append(int(limit))
         rows = self.conn.execute(sql, params).fetchall()
-        out = []
-        for r in reversed(rows):
-            item = dict(r)
-            item["sources"] = json.loads(item["sources"] or "[]")
-            item["support"] = None if item["support"] is None else json.loads(item["support"])
-            out.append(item)
-        return out
+        return [Message.from_row(r) for r in reversed(rows)]
