@@ -371,17 +371,16 @@ def cmd_conversations(ws: Workspace, args: argparse.Namespace, out: TextIO, err:
         out.write(markdown)
         return EXIT_OK
     if action == "rename":
-        _emit({"type": "conversation", **ws.rename_conversation(rest[0], rest[1])}, out)
+        _emit({"type": "conversation", **ws.rename_conversation(rest[0], rest[1]).to_dict()}, out)
         return EXIT_OK
     found = ws.search_conversations(rest[0]) if action == "search" else ws.conversations()
-    for conv in found:
-        _emit({"type": "conversation", **conv}, out)
+    for listed in found:
+        _emit({"type": "conversation", **listed.to_dict()}, out)
     return EXIT_OK
 
 
 def cmd_conversation(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    conv = ws.conversation(args.id)
-    _emit({"type": "conversation", **conv}, out)
+    _emit({"type": "conversation", **ws.conversation(args.id).to_dict()}, out)
     for msg in ws.messages(args.id):
         _emit({"type": "message", **msg.to_dict()}, out)
     return EXIT_OK

@@ -25,7 +25,7 @@ from marginalia_core.retrieval.rerank import reranker_class as get_reranker_clas
 from marginalia_core.retrieval.retriever import Hit, Retriever
 from marginalia_core.store import open_store
 from marginalia_core.store.base import LibraryStore
-from marginalia_core.store.records import Document, Message
+from marginalia_core.store.records import Conversation, ConversationSummary, Document, Message
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
@@ -564,7 +564,7 @@ class Workspace:
     def conversation_documents(self, conversation_id: str) -> list[str] | None:
         """The document ids a conversation is limited to, or None for all documents (a
         chosen document deleted since drops out; when none is left, all documents)."""
-        return self.store.get_conversation(conversation_id)["documents"]
+        return self.store.get_conversation(conversation_id).documents
 
     def set_conversation_documents(
         self, conversation_id: str, documents: Iterable[str] | None
@@ -576,11 +576,11 @@ class Workspace:
         self.store.set_conversation_documents(conversation_id, ids)
         return self.conversation_documents(conversation_id)
 
-    def conversations(self) -> list[dict[str, Any]]:
+    def conversations(self) -> list[ConversationSummary]:
         """Conversations, most recently updated first."""
         return self.store.list_conversations()
 
-    def conversation(self, conversation_id: str) -> dict[str, Any]:
+    def conversation(self, conversation_id: str) -> Conversation:
         return self.store.get_conversation(conversation_id)
 
     def has_conversation(self, conversation_id: str | None) -> bool:
@@ -599,7 +599,7 @@ class Workspace:
     def delete_conversation(self, conversation_id: str) -> bool:
         return self.store.delete_conversation(conversation_id)
 
-    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+    def rename_conversation(self, conversation_id: str, title: str) -> Conversation:
         """A new title (whitespace collapsed, at most ``MAX_TITLE_CHARS``); a blank one is
         refused with ``InvalidInputError``."""
         clean = " ".join(str(title).split())
@@ -607,11 +607,11 @@ class Workspace:
             raise InvalidInputError("A conversation needs a title.")
         return self.store.rename_conversation(conversation_id, clean[:MAX_TITLE_CHARS])
 
-    def search_conversations(self, text: str) -> list[dict[str, Any]]:
+    def search_conversations(self, text: str) -> list[ConversationSummary]:
         """Conversations whose title or messages contain ``text``; all of them for blank text."""
         text = " ".join(str(text).split())
         if not text:
-            return [{**c, "matched": ""} for c in self.conversations()]
+            return [replace(c, matched="") for c in self.conversations()]
         return self.store.search_conversations(text)
 
     def export_conversation(self, conversation_id: str) -> tuple[str, str]:

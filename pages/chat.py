@@ -30,7 +30,7 @@ from marginalia_core.citations import cited
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.providers.answerers.extractive import is_refusal
 from marginalia_core.providers.answerers.prompting import NO_SOURCES_ANSWER
-from marginalia_core.store.records import ANSWER_STOPPED, Document, Message
+from marginalia_core.store.records import ANSWER_STOPPED, Conversation, Document, Message
 
 ws = page()
 desk = answer_desk()
@@ -347,15 +347,15 @@ def _rename(cid: str) -> None:
         st.toast("Conversation renamed.", icon=":material/edit:")
 
 
-def render_conversation_header(conversation: dict[str, Any], count: int) -> None:
+def render_conversation_header(conversation: Conversation, count: int) -> None:
     """The open conversation's title and dates, with rename and export."""
-    cid = conversation["id"]
+    cid = conversation.id
     with st.container(key="conversation_header", horizontal=True, vertical_alignment="center"):
         with st.container():
-            st.markdown(f"**{fmt.escape_inline(conversation['title'] or 'Untitled', 90)}**")
+            st.markdown(f"**{fmt.escape_inline(conversation.title or 'Untitled', 90)}**")
             st.caption(
-                f"Started {fmt.escape_inline(fmt.format_created(conversation['created']))} · "
-                f"last message {fmt.escape_inline(fmt.format_created(conversation['updated']))}"
+                f"Started {fmt.escape_inline(fmt.format_created(conversation.created))} · "
+                f"last message {fmt.escape_inline(fmt.format_created(conversation.updated))}"
                 f" · {count} message{'s' * (count != 1)}"
             )
         with (
@@ -363,7 +363,7 @@ def render_conversation_header(conversation: dict[str, Any], count: int) -> None
                        on_change="rerun"),
             st.form(key=f"rename-form-{cid}", border=False),
         ):
-            st.text_input("Title", value=conversation["title"], key=f"rename-{cid}",
+            st.text_input("Title", value=conversation.title, key=f"rename-{cid}",
                           max_chars=120)
             st.form_submit_button("Save", type="primary", on_click=_rename, args=(cid,))
         filename, markdown = ws.export_conversation(cid)

@@ -170,10 +170,10 @@ def test_question_streams_a_cited_answer_and_a_pill_opens_its_passage(app_env, w
 
     # saved with only the cited sources; listed in the sidebar
     convs = workspace.store.list_conversations()
-    assert len(convs) == 1 and convs[0]["title"] == FERMAT
-    saved = workspace.store.messages(convs[0]["id"])[-1].sources
+    assert len(convs) == 1 and convs[0].title == FERMAT
+    saved = workspace.store.messages(convs[0].id)[-1].sources
     assert {s["n"] for s in saved} == {int(re.match(r"\\\[(\d+)", o).group(1)) for o in pills.options}
-    assert at.sidebar.button(key=f"conv-{convs[0]['id']}")
+    assert at.sidebar.button(key=f"conv-{convs[0].id}")
 
 
 def test_reopened_conversation_shows_its_saved_sources(app_env, workspace):

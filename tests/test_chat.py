@@ -350,11 +350,11 @@ def test_conversation_created_on_first_message_with_a_64_char_title(docs):
     assert counts(docs.store) == (0, 0)
     events = run(docs, question)
     conv = docs.store.get_conversation(events[-1]["conversation_id"])
-    assert conv["title"] == make_title(question) == " ".join(question.split())[:TITLE_CHARS]
-    assert len(conv["title"]) == TITLE_CHARS
-    run(docs, "What happened to the mill in 1912?", conv["id"])
-    assert docs.store.get_conversation(conv["id"])["title"] == conv["title"]  # title kept
-    messages = docs.store.messages(conv["id"])
+    assert conv.title == make_title(question) == " ".join(question.split())[:TITLE_CHARS]
+    assert len(conv.title) == TITLE_CHARS
+    run(docs, "What happened to the mill in 1912?", conv.id)
+    assert docs.store.get_conversation(conv.id).title == conv.title  # title kept
+    messages = docs.store.messages(conv.id)
     assert [m.role for m in messages] == ["user", "assistant"] * 2
     assert messages[0].content == question
     assert all(isinstance(m.sources, list) for m in messages)
@@ -364,14 +364,14 @@ def test_conversation_created_on_first_message_with_a_64_char_title(docs):
 def test_list_by_most_recently_updated_and_delete_cascades(docs):
     a = run(docs, "When was the mill built?")[-1]["conversation_id"]
     b = run(docs, "How many bees live in a colony?")[-1]["conversation_id"]
-    assert [c["id"] for c in docs.store.list_conversations()] == [b, a]
+    assert [c.id for c in docs.store.list_conversations()] == [b, a]
     run(docs, "What happened to the mill in 1912?", a)
     listed = docs.store.list_conversations()
-    assert [c["id"] for c in listed] == [a, b]
-    assert [c["message_count"] for c in listed] == [4, 2]
+    assert [c.id for c in listed] == [a, b]
+    assert [c.message_count for c in listed] == [4, 2]
 
     assert docs.store.delete_conversation(a)
-    assert [c["id"] for c in docs.store.list_conversations()] == [b]
+    assert [c.id for c in docs.store.list_conversations()] == [b]
     assert docs.store.conn.execute(
         "SELECT COUNT(*) FROM messages WHERE conversation_id = ?", (a,)
     ).fetchone()[0] == 0

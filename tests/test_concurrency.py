@@ -147,9 +147,9 @@ def check_consistency(store: Store, ledger: Ledger) -> dict[str, int]:
     ).fetchone()[0]
     assert orphans == 0
     for conv in store.list_conversations():
-        roles = [m.role for m in store.messages(conv["id"])]
+        roles = [m.role for m in store.messages(conv.id)]
         assert roles and roles == ["user", "assistant"] * (len(roles) // 2), (conv, roles)
-        assert len(roles) == 2 * ledger.exchanges[conv["id"]], conv
+        assert len(roles) == 2 * ledger.exchanges[conv.id], conv
     for cid in ledger.exchanges:
         if cid in ledger.deleted_conversations:
             assert not store.messages(cid)
@@ -439,7 +439,7 @@ def test_writers_on_two_connections_never_see_database_is_locked(workspace):
 
             for i in range(n):
                 conv = store.create_conversation(f"{label} {i}")
-                store.add_exchange(conv["id"], conv["title"], "q", "a [1]", [{"n": 1}])
+                store.add_exchange(conv.id, conv.title, "q", "a [1]", [{"n": 1}])
                 chunks = chunk_text(texts[i % len(texts)].decode()[:300] + f" {label}{i}")
                 store.add_document(
                     name=f"{label}-{i}", mime="text/plain", size=1,

@@ -157,15 +157,15 @@ def test_migrate_store_copies_a_sqlite_library_with_nothing_lost(
     (_, ids_a, m_a), (_, ids_b, m_b) = (
         s.load_vectors(local_embedder.model, local_embedder.dimension) for s in (src, dst))
     assert np.array_equal(ids_a, ids_b) and np.array_equal(m_a, m_b)
-    assert [m.content for c in src.list_conversations() for m in src.messages(c["id"])] == \
-        [m.content for c in dst.list_conversations() for m in dst.messages(c["id"])]
+    assert [m.content for c in src.list_conversations() for m in src.messages(c.id)] == \
+        [m.content for c in dst.list_conversations() for m in dst.messages(c.id)]
     # conversation scope, each answer's query and the applied settings come along
     (conv,) = src.list_conversations()
-    assert src.get_conversation(conv["id"])["documents"] is not None
-    assert src.get_conversation(conv["id"]) == dst.get_conversation(conv["id"])
-    assert [m.query for m in src.messages(conv["id"])] == \
-        [m.query for m in dst.messages(conv["id"])]
-    assert any(m.query for m in dst.messages(conv["id"]))
+    assert src.get_conversation(conv.id).documents is not None
+    assert src.get_conversation(conv.id) == dst.get_conversation(conv.id)
+    assert [m.query for m in src.messages(conv.id)] == \
+        [m.query for m in dst.messages(conv.id)]
+    assert any(m.query for m in dst.messages(conv.id))
     assert dst.library_settings() == src.library_settings() == {"top_k": 4}
     # new chunks continue after the copied ids
     doc, _ = _add(dst, "after.txt", dim=local_embedder.dimension, model=local_embedder.model)
@@ -216,7 +216,7 @@ def test_the_app_runs_on_postgres(pg_database, monkeypatch, local_embedder):
         assert [m.name for m in at.chat_message] == ["user", "assistant"]
         assert "Fermat" in at.chat_message[1].markdown[0].value
         convs = store.list_conversations()
-        assert len(convs) == 1 and convs[0]["title"] == FERMAT  # saved in PostgreSQL
+        assert len(convs) == 1 and convs[0].title == FERMAT  # saved in PostgreSQL
         shown = " ".join(m.value for m in at.sidebar.markdown) + " ".join(
             c.value for c in at.caption) + " ".join(c.value for c in at.sidebar.caption)
         assert "postgres:@" not in shown  # the raw URL is never on screen

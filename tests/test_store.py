@@ -123,17 +123,17 @@ def test_load_vectors_filters_by_embedder(store):
 def test_conversations_order_and_cascade(store):
     a = store.create_conversation("first")
     b = store.create_conversation("second")
-    store.add_message(a["id"], "user", "hello")
-    assert [c["id"] for c in store.list_conversations()] == [a["id"], b["id"]]
-    store.add_exchange(b["id"], "second", "q", "answer [1]", [{"n": 1, "content": "x"}])
+    store.add_message(a.id, "user", "hello")
+    assert [c.id for c in store.list_conversations()] == [a.id, b.id]
+    store.add_exchange(b.id, "second", "q", "answer [1]", [{"n": 1, "content": "x"}])
     convs = store.list_conversations()
-    assert convs[0]["id"] == b["id"] and convs[0]["message_count"] == 2
-    msgs = store.messages(b["id"])
+    assert convs[0].id == b.id and convs[0].message_count == 2
+    msgs = store.messages(b.id)
     assert [m.role for m in msgs] == ["user", "assistant"]
     assert msgs[1].sources == [{"n": 1, "content": "x"}]
-    assert store.delete_conversation(b["id"])
+    assert store.delete_conversation(b.id)
     assert store.conn.execute(
-        "SELECT COUNT(*) FROM messages WHERE conversation_id = ?", (b["id"],)
+        "SELECT COUNT(*) FROM messages WHERE conversation_id = ?", (b.id,)
     ).fetchone()[0] == 0
 
 
@@ -145,7 +145,7 @@ def test_an_answer_keeps_its_status_stopped_or_complete(store):
 
 def test_add_exchange_creates_conversation_atomically(store):
     store.add_exchange("c1", "title", "q", "a", [])
-    assert store.get_conversation("c1")["title"] == "title"
+    assert store.get_conversation("c1").title == "title"
     # the role check fails on the second insert -> the first is rolled back with it
     with pytest.raises(INTEGRITY_ERRORS), store.write():
         store._insert_message("c1", "user", "q2", ())
@@ -156,8 +156,8 @@ def test_add_exchange_creates_conversation_atomically(store):
 def test_messages_limit_keeps_latest_in_order(store):
     conv = store.create_conversation("t")
     for i in range(14):
-        store.add_message(conv["id"], "user" if i % 2 == 0 else "assistant", f"m{i}")
-    last = store.messages(conv["id"], limit=10)
+        store.add_message(conv.id, "user" if i % 2 == 0 else "assistant", f"m{i}")
+    last = store.messages(conv.id, limit=10)
     assert [m.content for m in last] == [f"m{i}" for i in range(4, 14)]
 
 
@@ -225,7 +225,7 @@ def test_a_database_made_by_release_0_1_upgrades_in_place(tmp_path):
     assert sorted(d.name for d in store.list_documents()) == [
         "a-short-history-of-marginalia.md", "caring-for-old-books.pdf"]
     (conversation,) = store.list_conversations()
-    answer = store.messages(conversation["id"])[-1]
+    answer = store.messages(conversation.id)[-1]
     assert answer.sources and "document_name" in answer.sources[0]
     assert "documentName" not in answer.sources[0]
     # the FTS index made by 0.1 still answers after the upgrade
@@ -262,7 +262,7 @@ def test_processes_opening_a_new_file_at_once_apply_each_migration_once(tmp_path
 def test_sources_saved_by_release_0_1_in_camelcase_upgrade_to_snake_case(db_path):
     """Release 0.1 saved message sources in the wire's camelCase; m004 renames their keys."""
     store = Store(db_path)
-    _, message = store.add_exchange(store.create_conversation("t")["id"], "t", "q", "a [1]", [])
+    _, message = store.add_exchange(store.create_conversation("t").id, "t", "q", "a [1]", [])
     old = '[{"n": 1, "documentName": "a.md", "chunkId": 3, "pageEnd": 2, "page": 1}]'
     with store.write() as conn:
         conn.execute("UPDATE messages SET sources = ? WHERE id = ?", (old, message.id))
@@ -290,9 +290,9 @@ def test_a_release_0_1_library_is_searchable_and_answerable_after_the_upgrade(tm
         hits = ws.search("What did Fermat write in the margin?")
         assert hits and hits[0].document_name == "a-short-history-of-marginalia.md"
         (conversation,) = ws.conversations()
-        events = list(ws.ask("and who proved it?", conversation_id=conversation["id"]))
+        events = list(ws.ask("and who proved it?", conversation_id=conversation.id))
         assert events[-1]["type"] == "done"
-        assert len(ws.messages(conversation["id"])) == 4
+        assert len(ws.messages(conversation.id)) == 4
     finally:
         ws.close()
 
@@ -336,14 +336,14 @@ def test_embedding_cache_migration_seeds_from_the_librarys_chunks(store, db_path
 def test_rename_search_and_original_file(store):
     """The conversation list's rename and search, and the PDF bytes kept for page views."""
     conv = store.create_conversation("Sourdough")
-    store.add_exchange(conv["id"], "Sourdough", "How often to feed 100% starter?", "Daily.", [])
+    store.add_exchange(conv.id, "Sourdough", "How often to feed 100% starter?", "Daily.", [])
     store.create_conversation("Quinces")
-    assert store.rename_conversation(conv["id"], "Bread")["title"] == "Bread"
+    assert store.rename_conversation(conv.id, "Bread").title == "Bread"
     with pytest.raises(NotFoundError):
         store.rename_conversation("missing", "x")
     found = store.search_conversations("100%")  # % is text, not a wildcard
-    assert [c["id"] for c in found] == [conv["id"]] and found[0]["matched"].startswith("How")
-    assert [c["title"] for c in store.search_conversations("BREAD")] == ["Bread"]
+    assert [c.id for c in found] == [conv.id] and found[0].matched.startswith("How")
+    assert [c.title for c in store.search_conversations("BREAD")] == ["Bread"]
     assert store.search_conversations("10_%") == []
     doc, _, _ = _add(store, "p.pdf", original=b"%PDF-1.4 bytes")
     assert store.document_file(doc.id) == b"%PDF-1.4 bytes"
@@ -374,7 +374,7 @@ def test_m006_upgrades_a_library_with_conversations(db_path):
     conn.close()
 
     store = Store(db_path)
-    assert store.get_conversation("c1")["documents"] is None
+    assert store.get_conversation("c1").documents is None
     first, second = store.messages("c1")
     assert first.query is None and first.content == "a [1]"
     # saved before renumbering existed: renumbered like new answers, unknown [9] left as it is
@@ -382,9 +382,9 @@ def test_m006_upgrades_a_library_with_conversations(db_path):
     assert second.sources == [{"n": 1, "content": "three"}, {"n": 2, "content": "two"}]
     doc, _, _ = _add(store)
     store.set_conversation_documents("c1", [doc.id, doc.id])
-    assert store.get_conversation("c1")["documents"] == [doc.id]  # de-duplicated
+    assert store.get_conversation("c1").documents == [doc.id]  # de-duplicated
     store.set_conversation_documents("c1", [])
-    assert store.get_conversation("c1")["documents"] is None
+    assert store.get_conversation("c1").documents is None
     store.close()
 
 
@@ -412,18 +412,18 @@ def test_conversation_scope_query_and_keep(store):
     a, _, _ = _add(store, "a.txt")
     b, _, _ = _add(store, "b.txt")
     store.add_exchange("c1", "T", "q1?", "a1", [], query="rewritten q1", documents=[b.id, a.id])
-    assert store.get_conversation("c1")["documents"] == [b.id, a.id]
+    assert store.get_conversation("c1").documents == [b.id, a.id]
     store.add_exchange("c1", "T", "q2?", "a2", [], documents=KEEP)
-    assert store.get_conversation("c1")["documents"] == [b.id, a.id]
+    assert store.get_conversation("c1").documents == [b.id, a.id]
     answers = [m for m in store.messages("c1") if m.role == "assistant"]
     assert [m.query for m in answers] == ["rewritten q1", None]
     assert store.missing_documents([a.id, "nope", a.id]) == ["nope"]
     assert store.chunk_ids_of_documents([a.id]) == sorted(
         c["id"] for c in store.document_chunks(a.id))
     store.delete_document(b.id)
-    assert store.get_conversation("c1")["documents"] == [a.id]
+    assert store.get_conversation("c1").documents == [a.id]
     store.add_exchange("c1", "T", "q3?", "a3", [], documents=None)
-    assert store.get_conversation("c1")["documents"] is None
+    assert store.get_conversation("c1").documents is None
     with pytest.raises(NotFoundError):
         store.set_conversation_documents("missing", [a.id])
 
@@ -488,3 +488,36 @@ def test_both_backends_return_the_same_message_records(db_path, pg_database):
     question, answer = on_sqlite
     assert (question.role, question.sources, question.support) == ("user", [], None)
     assert (answer.sources, answer.support, answer.status) == (sources, support, "stopped")
+
+
+def test_both_backends_return_the_same_conversation_records(db_path, pg_database):
+    """A conversation reads back as a ``Conversation`` (with its document scope) and lists or
+    is found as a ``ConversationSummary`` on either backend, equal field for field but for
+    the moments it was written; their dict forms keep the keys the API always showed (a
+    listed one has no ``matched``)."""
+    from dataclasses import replace
+
+    from marginalia_core.store import open_postgres, open_sqlite
+    from marginalia_core.store.records import Conversation, ConversationSummary
+
+    seen = []
+    for store in (open_sqlite(db_path), open_postgres(pg_database)):
+        try:
+            doc, _, _ = _add(store, "a.txt", document_id="doc-1")
+            store.add_exchange("c1", "Margins", "Who wrote in the margin?", "Fermat [1].",
+                               [{"n": 1}], documents=[doc.id, "gone"])
+            one = store.get_conversation("c1")
+            (listed,) = store.list_conversations()
+            (found,) = store.search_conversations("margin")
+            assert type(one) is Conversation and one.documents == ["doc-1"]
+            assert type(listed) is type(found) is ConversationSummary
+            assert (listed.message_count, listed.matched, found.matched) == (
+                2, None, "Who wrote in the margin?")
+            assert list(one.to_dict()) == ["id", "title", "created", "updated", "documents"]
+            assert "matched" not in listed.to_dict() and found.to_dict()["matched"]
+            seen.append((one, listed, found))
+        finally:
+            store.close()
+    on_sqlite, on_postgres = seen
+    assert [replace(r, created=p.created, updated=p.updated)
+            for r, p in zip(on_sqlite, on_postgres, strict=True)] == list(on_postgres)

@@ -257,9 +257,9 @@ class ChatEngine:
         messages = self.store.messages(conversation_id, limit=HISTORY)
         return (
             conversation_id,
-            conversation["title"],
+            conversation.title,
             [history_turn(m) for m in messages],
-            conversation["documents"],
+            conversation.documents,
         )
 
     def _finish(

@@ -40,7 +40,12 @@ from marginalia_core.store.fingerprint import (
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import DOCUMENT_SOURCE_STATEMENTS, run_statements
-from marginalia_core.store.records import Document, Message
+from marginalia_core.store.records import (
+    Conversation,
+    ConversationSummary,
+    Document,
+    Message,
+)
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -1093,24 +1098,25 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     # -- conversations -----------------------------------------------------------------------
 
-    def create_conversation(self, title: str) -> dict[str, Any]:
+    def create_conversation(self, title: str) -> Conversation:
         stamp = now_iso()
-        conv = {"id": new_id(), "title": title, "created": stamp, "updated": stamp}
+        conv = Conversation(id=new_id(), title=title, created=stamp, updated=stamp)
         self.raw.execute(
             "INSERT INTO conversations (id, title, created, updated) "
             "VALUES (%(id)s, %(title)s, %(created)s, %(updated)s)",
-            conv,
+            conv.to_dict(),
         )
         return conv
 
-    def list_conversations(self) -> list[dict[str, Any]]:
-        return self._dicts(
+    def list_conversations(self) -> list[ConversationSummary]:
+        rows = self._dicts(
             "SELECT c.id, c.title, c.created, c.updated, "
             "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count "
             "FROM conversations c ORDER BY c.updated DESC, c.created DESC"
         )
+        return [ConversationSummary.from_row(r) for r in rows]
 
-    def get_conversation(self, conversation_id: str) -> dict[str, Any]:
+    def get_conversation(self, conversation_id: str) -> Conversation:
         """The conversation with ``documents``: the ids it is limited to, or None for all
         (documents deleted since are left out; None when every chosen one is gone)."""
         rows = self._dicts(
@@ -1119,11 +1125,10 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         )
         if not rows:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
-        conv = rows[0]
-        wanted = [str(i) for i in json.loads(conv["documents"] or "[]")]
+        wanted = [str(i) for i in json.loads(rows[0]["documents"] or "[]")]
         gone = set(self.missing_documents(wanted))
-        conv["documents"] = [i for i in wanted if i not in gone] or None
-        return conv
+        return Conversation.from_row(
+            {**rows[0], "documents": [i for i in wanted if i not in gone] or None})
 
     def set_conversation_documents(
         self, conversation_id: str, document_ids: Sequence[str] | None
@@ -1136,7 +1141,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         if not n:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
 
-    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+    def rename_conversation(self, conversation_id: str, title: str) -> Conversation:
         """Give a conversation a new title (its order in the list does not change)."""
         n = self.raw.execute(
             "UPDATE conversations SET title = %s WHERE id = %s", (title, conversation_id)
@@ -1145,7 +1150,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
         return self.get_conversation(conversation_id)
 
-    def search_conversations(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+    def search_conversations(self, text: str, limit: int = 50) -> list[ConversationSummary]:
         """Conversations whose title or any message contains ``text`` (case-insensitive), most
         recently updated first, each with ``matched``: the first matching message text, or ""
         when only the title matched."""
@@ -1160,7 +1165,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             "ORDER BY c.updated DESC, c.created DESC LIMIT %(limit)s",
             {"p": pattern, "limit": int(limit)},
         )
-        return [{**r, "matched": r["matched"] or ""} for r in rows]
+        return [ConversationSummary.from_row(r) for r in rows]
 
     def delete_conversation(self, conversation_id: str) -> bool:
         n = self.raw.execute(

@@ -116,3 +116,66 @@ class Message:
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form (the API's and the CLI's ``message`` lines)."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One conversation as ``get_conversation``, ``rename_conversation`` and
+    ``create_conversation`` return it, with the document scope its questions search."""
+
+    id: str
+    title: str
+    created: str
+    updated: str  # its last message
+    documents: list[str] | None = None  # the ids its questions are limited to; None: all
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Conversation:
+        """A conversations row (by name) whose ``documents`` is already the scope in force
+        (the backend drops the documents deleted since); the one constructor both use."""
+        scope = row["documents"]
+        return cls(
+            id=str(row["id"]),
+            title=str(row["title"]),
+            created=str(row["created"]),
+            updated=str(row["updated"]),
+            documents=None if scope is None else [str(i) for i in scope],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (the API's conversation, the CLI's ``conversation`` line)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """A conversation as the list shows it (``list_conversations``) or a search finds it
+    (``search_conversations``): with its message count, and for a search ``matched``."""
+
+    id: str
+    title: str
+    created: str
+    updated: str
+    message_count: int
+    # a search's first matching message text ("" when only the title matched); None: listed
+    matched: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ConversationSummary:
+        """A listed (or, with ``matched``, found) conversations row, by name."""
+        return cls(
+            id=str(row["id"]),
+            title=str(row["title"]),
+            created=str(row["created"]),
+            updated=str(row["updated"]),
+            message_count=int(row["message_count"]),
+            matched=str(row["matched"] or "") if "matched" in row else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form, keys as the API and CLI have always shown them: ``matched``
+        only on search results."""
+        out = asdict(self)
+        if self.matched is None:
+            del out["matched"]
+        return out

@@ -31,7 +31,12 @@ from marginalia_core.store.fts import SqliteLexical
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import migrate
-from marginalia_core.store.records import Document, Message
+from marginalia_core.store.records import (
+    Conversation,
+    ConversationSummary,
+    Document,
+    Message,
+)
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -551,26 +556,26 @@ class Store(JobTable, LibrarySettingsTable):
 
     # -- conversations -----------------------------------------------------------------------
 
-    def create_conversation(self, title: str) -> dict[str, Any]:
+    def create_conversation(self, title: str) -> Conversation:
         stamp = now_iso()
-        conv = {"id": new_id(), "title": title, "created": stamp, "updated": stamp}
+        conv = Conversation(id=new_id(), title=title, created=stamp, updated=stamp)
         with self.write() as conn:
             conn.execute(
                 "INSERT INTO conversations (id, title, created, updated) "
                 "VALUES (:id, :title, :created, :updated)",
-                conv,
+                conv.to_dict(),
             )
         return conv
 
-    def list_conversations(self) -> list[dict[str, Any]]:
+    def list_conversations(self) -> list[ConversationSummary]:
         rows = self.conn.execute(
             "SELECT c.id, c.title, c.created, c.updated, "
             "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count "
             "FROM conversations c ORDER BY c.updated DESC, c.created DESC"
         ).fetchall()
-        return [dict(r) for r in rows]
+        return [ConversationSummary.from_row(dict(r)) for r in rows]
 
-    def get_conversation(self, conversation_id: str) -> dict[str, Any]:
+    def get_conversation(self, conversation_id: str) -> Conversation:
         """The conversation with ``documents``: the ids it is limited to, or None for all."""
         row = self.conn.execute(
             "SELECT id, title, created, updated, documents FROM conversations WHERE id = ?",
@@ -578,9 +583,8 @@ class Store(JobTable, LibrarySettingsTable):
         ).fetchone()
         if row is None:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
-        conv = dict(row)
-        conv["documents"] = self._existing_documents(conv["documents"])
-        return conv
+        return Conversation.from_row(
+            {**dict(row), "documents": self._existing_documents(row["documents"])})
 
     def _existing_documents(self, raw: str | None) -> list[str] | None:
         """A stored document scope without the documents deleted since; None (all documents)
@@ -632,7 +636,7 @@ class Store(JobTable, LibrarySettingsTable):
         )
         return [int(r[0]) for r in rows]
 
-    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+    def rename_conversation(self, conversation_id: str, title: str) -> Conversation:
         """Give a conversation a new title (its order in the list does not change)."""
         with self.write() as conn:
             cur = conn.execute(
@@ -642,7 +646,7 @@ class Store(JobTable, LibrarySettingsTable):
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
         return self.get_conversation(conversation_id)
 
-    def search_conversations(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+    def search_conversations(self, text: str, limit: int = 50) -> list[ConversationSummary]:
         """Conversations whose title or any message contains ``text`` (case-insensitive for
         ASCII), most recently updated first, each with ``matched``: the first matching message
         text, or "" when only the title matched."""
@@ -658,7 +662,7 @@ class Store(JobTable, LibrarySettingsTable):
             "ORDER BY c.updated DESC, c.created DESC LIMIT :limit",
             {"p": pattern, "limit": int(limit)},
         ).fetchall()
-        return [{**dict(r), "matched": r["matched"] or ""} for r in rows]
+        return [ConversationSummary.from_row(dict(r)) for r in rows]
 
     def delete_conversation(self, conversation_id: str) -> bool:
         with self.write() as conn:
