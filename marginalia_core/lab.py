@@ -275,7 +275,7 @@ class RetrievalLab:
                 out[j.label] = JudgedPassage(j.label, j.document, doc.mime if doc else "")
                 continue
             if doc.id not in chunks:
-                chunks[doc.id] = [{**r, "document_name": doc.name}
+                chunks[doc.id] = [{**r.to_dict(), "document_name": doc.name}
                                   for r in self.ws.store.document_chunks(doc.id)]
             rows = [r for r in chunks[doc.id] if j.matches(r)]
             best = max(rows, key=lambda r: _shared(r, j), default=None)
@@ -521,7 +521,7 @@ class RetrievalLab:
         if not self.retriever.is_searchable(doc):
             return replace(report, explanation=f"{doc.name} was indexed with another "
                            "embedder and is left out of search: re-index it.")
-        rows = [{**r, "document_name": doc.name, "document_id": doc.id}
+        rows = [{**r.to_dict(), "document_name": doc.name, "document_id": doc.id}
                 for r in self.ws.store.document_chunks(doc.id)]
         matching = {r["id"]: r for r in rows if j.matches(r)}
         if not matching:

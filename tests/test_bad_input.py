@@ -356,7 +356,7 @@ def test_hostile_file_through_ingest_bytes_and_ingest_path(name, env, tmp_path):
         (doc,) = store.list_documents()
         assert doc.name == name
         for chunk in store.document_chunks(doc.id):
-            assert chunk["content"].strip()
+            assert chunk.content.strip()
 
 
 def test_utf16_text_is_decoded_not_mangled(env):
@@ -657,7 +657,7 @@ def test_many_small_pages_are_indexed_end_to_end(env):
     doc = events[-1]["document"]
     assert doc["page_count"] == MAX_PAGES - 1
     chunks = store.document_chunks(doc["id"])
-    assert chunks[0]["page_start"] == 1 and chunks[-1]["page_end"] == MAX_PAGES - 1
+    assert chunks[0].page_start == 1 and chunks[-1].page_end == MAX_PAGES - 1
     FIGURES[f"{MAX_PAGES - 1} text pages ingested (s)"] = round(seconds, 2)
     check_store(store)
 

@@ -71,7 +71,7 @@ def test_every_real_file_s_passages_render_as_markdown(library):
         doc = ends[name]["document"]
         assert passages.is_markdown(doc["mime"]) and not passages.has_pages(doc["mime"])
         chunk = ws.store.document_chunks(doc["id"])[0]
-        html = passages.markdown_html(chunk["content"])
+        html = passages.markdown_html(chunk.content)
         assert "<script" not in html.lower()
 
 
@@ -194,9 +194,9 @@ def test_xlsx_rows_stand_alone_with_their_header_names(workspace):
                           got.units) == "2 sheets, 60 rows"
     chunks = workspace.store.document_chunks(end["document"]["id"])
     assert len(chunks) > 1
-    assert all(c["location"].startswith("sheet ") for c in chunks)
-    assert chunks[0]["location"].startswith("sheet Budget, rows 2\u2013")
-    assert chunks[-1]["location"].endswith("sheet Suppliers, row 2")
+    assert all(c.location.startswith("sheet ") for c in chunks)
+    assert chunks[0].location.startswith("sheet Budget, rows 2\u2013")
+    assert chunks[-1].location.endswith("sheet Suppliers, row 2")
     hits = workspace.search("Vranja Nursery Dorking")
     assert hits[0].location.endswith("sheet Suppliers, row 2")
     from marginalia_app import presentation as fmt  # the Inspector's chunking table

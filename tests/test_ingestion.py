@@ -135,7 +135,7 @@ def test_reindex_with_new_chunk_settings_replaces_in_place(workspace):
     new = workspace.store.get_document(doc["id"])
     assert new.chunk_target == 400 and new.chunk_count > doc["chunk_count"]
     chunks = workspace.store.document_chunks(doc["id"])
-    assert len(chunks) == new.chunk_count and max(len(c["content"]) for c in chunks) <= 400
+    assert len(chunks) == new.chunk_count and max(len(c.content) for c in chunks) <= 400
     assert len(workspace.store.list_documents()) == 1
 
 
@@ -176,8 +176,8 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
     events = run(ingest_bytes(workspace.store, workspace.embedder, s, "book.pdf", data))
     assert events[-1]["type"] == "done"
     stored = workspace.store.document_chunks(events[-1]["document"]["id"])
-    assert [c["content"] for c in stored] == [c.text for c in chunks]
+    assert [c.content for c in stored] == [c.text for c in chunks]
     fresh = workspace.embedder.embed_documents([c.text for c in chunks])
-    by_id = dict(zip(*workspace.store.vectors_by_ids([c["id"] for c in stored])))
-    got = np.stack([by_id[c["id"]] for c in stored])  # in passage order, on either backend
+    by_id = dict(zip(*workspace.store.vectors_by_ids([c.id for c in stored])))
+    got = np.stack([by_id[c.id] for c in stored])  # in passage order, on either backend
     assert np.allclose(got, fresh, atol=1e-4)

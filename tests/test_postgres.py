@@ -169,7 +169,7 @@ def test_migrate_store_copies_a_sqlite_library_with_nothing_lost(
     assert dst.library_settings() == src.library_settings() == {"top_k": 4}
     # new chunks continue after the copied ids
     doc, _ = _add(dst, "after.txt", dim=local_embedder.dimension, model=local_embedder.model)
-    assert min(c["id"] for c in dst.document_chunks(doc.id)) > int(ids_a.max())
+    assert min(c.id for c in dst.document_chunks(doc.id)) > int(ids_a.max())
     # a second copy into a database that holds a library is refused, nothing written
     with pytest.raises(MigrationRefused):
         import_sqlite(src, dst)

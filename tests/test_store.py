@@ -61,9 +61,9 @@ def test_add_document_writes_chunks_and_vectors(store):
     doc, chunks, vectors = _add(store)
     assert doc.chunk_count == len(chunks) > 1
     rows = store.document_chunks(doc.id)
-    assert [r["idx"] for r in rows] == list(range(len(chunks)))
+    assert [r.idx for r in rows] == list(range(len(chunks)))
     _, ids, matrix = store.load_vectors("m", 8)
-    assert ids.tolist() == [r["id"] for r in rows]
+    assert ids.tolist() == [r.id for r in rows]
     assert np.array_equal(matrix, vectors)  # float32 round trip, bit for bit
     text, pages = store.document_source(doc.id)
     assert text.startswith("Alpha beta.") and pages == [0]
@@ -398,7 +398,7 @@ def test_ocr_pages_kept_on_the_document_and_its_chunks(store):
     assert store.get_document(doc.id).ocr_pages == [2]
     assert [d.ocr_pages for d in store.list_documents() if d.id == doc.id] == [[2]]
     assert store.find_by_hash("scan.pdf").ocr_pages == [2]
-    ids = [c["id"] for c in store.document_chunks(doc.id)]
+    ids = [c.id for c in store.document_chunks(doc.id)]
     rows = store.chunks_by_ids(ids)
     assert any(r["ocr"] for r in rows.values())
     assert all(r["ocr"] == (r["page_end"] >= 2) for r in rows.values())
@@ -419,7 +419,7 @@ def test_conversation_scope_query_and_keep(store):
     assert [m.query for m in answers] == ["rewritten q1", None]
     assert store.missing_documents([a.id, "nope", a.id]) == ["nope"]
     assert store.chunk_ids_of_documents([a.id]) == sorted(
-        c["id"] for c in store.document_chunks(a.id))
+        c.id for c in store.document_chunks(a.id))
     store.delete_document(b.id)
     assert store.get_conversation("c1").documents == [a.id]
     store.add_exchange("c1", "T", "q3?", "a3", [], documents=None)
@@ -431,11 +431,12 @@ def test_conversation_scope_query_and_keep(store):
 def test_both_backends_return_the_same_document_record(db_path, pg_database):
     """SQLite and PostgreSQL hand back one record type, field for field the same, for the same
     document from every read (only the moment it was added differs), and its dict form carries
-    the documents columns, in order, as the JSON surfaces always showed them."""
+    the documents columns, in order, as the JSON surfaces always showed them; its passages
+    come back as equal ``StoredChunk`` records too."""
     from dataclasses import replace
 
     from marginalia_core.store import open_postgres, open_sqlite
-    from marginalia_core.store.records import Document
+    from marginalia_core.store.records import Document, StoredChunk
     from marginalia_core.store.rows import DOCUMENT_COLUMNS
 
     health = {"pages": 2, "empty": [2], "garbled": [], "tables": 1}
@@ -450,11 +451,15 @@ def test_both_backends_return_the_same_document_record(db_path, pg_database):
                      *store.list_documents()]
             assert all(type(r) is Document for r in (added, *reads))
             assert reads == [added] * 3
-            records.append(added)
+            passages = store.document_chunks("doc-1")
+            assert all(type(c) is StoredChunk for c in passages)
+            assert [c.idx for c in passages] == list(range(added.chunk_count))
+            records.append((added, [replace(c, id=0) for c in passages]))  # ids: per database
         finally:
             store.close()
-    on_sqlite, on_postgres = records
+    (on_sqlite, sqlite_passages), (on_postgres, postgres_passages) = records
     assert replace(on_sqlite, created=on_postgres.created) == on_postgres
+    assert sqlite_passages == postgres_passages
     assert on_sqlite.ocr_pages == [2] and on_sqlite.parse_health == health
     assert list(on_sqlite.to_dict()) == [c.strip() for c in DOCUMENT_COLUMNS.split(",")]
 

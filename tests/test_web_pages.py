@@ -139,7 +139,7 @@ def test_a_page_is_indexed_with_its_final_url_and_fetch_time(workspace, pages):
     hits = workspace.search("How long do quinces keep on a cool shelf?")
     assert hits and hits[0].document_name == pages.base + "/article.html"
     assert "\u2018Storing the fruit\u2019" in hits[0].location  # "sections ‘…’ – ‘…’"
-    text = " ".join(c["content"] for c in workspace.store.document_chunks(doc["id"]))
+    text = " ".join(c.content for c in workspace.store.document_chunks(doc["id"]))
     for chrome in ("SCRIPT-TEXT", "MENU-TEXT", "FOOTER-TEXT"):
         assert chrome not in text
     assert "| Vranja | October |" in text  # the table stays a table

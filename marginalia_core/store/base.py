@@ -21,7 +21,13 @@ import numpy as np
 
 from marginalia_core.config import POSTGRES_SCHEMES
 from marginalia_core.store.fingerprint import Fingerprint
-from marginalia_core.store.records import Conversation, ConversationSummary, Document, Message
+from marginalia_core.store.records import (
+    Conversation,
+    ConversationSummary,
+    Document,
+    Message,
+    StoredChunk,
+)
 
 
 class ChunkRecord(Protocol):
@@ -151,7 +157,7 @@ class LibraryStore(LexicalSource, Protocol):
 
     def library_token(self) -> int: ...
 
-    def document_chunks(self, document_id: str) -> list[dict[str, Any]]: ...
+    def document_chunks(self, document_id: str) -> list[StoredChunk]: ...
 
     def chunk_ids_of_documents(self, document_ids: Sequence[str]) -> list[int]: ...
 

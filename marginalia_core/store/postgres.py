@@ -45,6 +45,7 @@ from marginalia_core.store.records import (
     ConversationSummary,
     Document,
     Message,
+    StoredChunk,
 )
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
@@ -981,12 +982,13 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         """0: no sidecar index file is trusted for a server database (``path`` is ":memory:")."""
         return 0
 
-    def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
-        return self._dicts(
+    def document_chunks(self, document_id: str) -> list[StoredChunk]:
+        rows = self._dicts(
             'SELECT id, idx, content, start, "end", page_start, page_end, location FROM chunks '
             "WHERE document_id = %s ORDER BY idx",
             (document_id,),
         )
+        return [StoredChunk.from_row(r) for r in rows]
 
     def integrity_report(self) -> dict[str, Any]:
         """What crash-safety checks look at (PostgreSQL's WAL guarantees the pages themselves)."""

@@ -179,3 +179,36 @@ class ConversationSummary:
         if self.matched is None:
             del out["matched"]
         return out
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """One stored passage of a document (``document_chunks``), in document order: its chunk
+    id, position, text with its character offsets, and pages or location label."""
+
+    id: int  # the chunk id sources and search hits name
+    idx: int  # its position in the document
+    content: str
+    start: int  # character offsets in the document's extracted text
+    end: int
+    page_start: int
+    page_end: int
+    location: str  # "p. 3", "slide 2", "sheet Budget, rows 12–40"; "" for a text file
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> StoredChunk:
+        """A chunks row (by name); the one constructor both backends use."""
+        return cls(
+            id=int(row["id"]),
+            idx=int(row["idx"]),
+            content=str(row["content"]),
+            start=int(row["start"]),
+            end=int(row["end"]),
+            page_start=int(row["page_start"]),
+            page_end=int(row["page_end"]),
+            location=str(row["location"] or ""),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain form, for code that adds keys to a passage row (evaluation's judgments)."""
+        return asdict(self)

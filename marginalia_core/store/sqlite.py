@@ -36,6 +36,7 @@ from marginalia_core.store.records import (
     ConversationSummary,
     Document,
     Message,
+    StoredChunk,
 )
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
@@ -466,13 +467,13 @@ class Store(JobTable, LibrarySettingsTable):
                 out[row["id"]] = row
         return out
 
-    def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
+    def document_chunks(self, document_id: str) -> list[StoredChunk]:
         rows = self.conn.execute(
             'SELECT id, idx, content, start, "end", page_start, page_end, location FROM chunks '
             "WHERE document_id = ? ORDER BY idx",
             (document_id,),
         ).fetchall()
-        return [dict(r) for r in rows]
+        return [StoredChunk.from_row(r) for r in rows]
 
     def integrity_report(self) -> dict[str, Any]:
         """What crash-safety checks look at: integrity, and documents whose chunks don't add up."""
