@@ -360,7 +360,6 @@ def p007_message_status(conn: psycopg.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
 
 
-
 def migrate_pg(conn: psycopg.Connection) -> list[str]:
     """Apply pending migrations in one transaction under an advisory lock; returns the names
     applied. A second process waits for the lock, then finds nothing pending."""

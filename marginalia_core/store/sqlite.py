@@ -55,7 +55,6 @@ LOAD_PAGE_ROWS = 4096
 CACHE_LOOKUP_ROWS = 500  # text hashes per embedding-cache query
 
 
-
 class Store(JobTable, LibrarySettingsTable):
     """Data access for one database file. Cheap to share between threads."""
 
