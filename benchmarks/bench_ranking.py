@@ -398,7 +398,7 @@ def measure_refresh(store: Store, index: VectorIndex, queries: np.ndarray, cycle
         per["first_query_after_add_ms"].append(_time(lambda: index.search(queries[0], k=K)) * 1000)
         per["next_query_after_add_ms"].append(_time(lambda: index.search(queries[1], k=K)) * 1000)
         assert len(index._current()[0]) == n0 + 10
-        store.delete_document(doc["id"])
+        store.delete_document(doc.id)
         per["first_query_after_delete_ms"].append(_time(lambda: index.search(queries[0], k=K)) * 1000)
         per["next_query_after_delete_ms"].append(_time(lambda: index.search(queries[1], k=K)) * 1000)
         assert len(index._current()[0]) == n0

@@ -105,7 +105,7 @@ def evaluate(target: int, overlap: int, articles: dict[str, Any], questions: dic
             embed_model=emb.model, embed_dim=emb.dimension, chunks=chunks, embeddings=vecs,
             chunk_target=target, chunk_overlap=overlap, text=text,
         )
-        ids = np.array([r["id"] for r in store.document_chunks(doc["id"])], dtype=np.int64)
+        ids = np.array([r.id for r in store.document_chunks(doc.id)], dtype=np.int64)
         per_article[aid] = (chunks, ids, vecs)
         lengths += [len(c.text) for c in chunks]
         tokens += C.token_counts(emb, [c.text for c in chunks])

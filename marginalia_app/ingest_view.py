@@ -198,7 +198,7 @@ def replace_choice(ws: Workspace, job_id: str, existing_id: str | None) -> None:
     """A near-duplicate's choice: replace the indexed document it matches (same id, so
     conversations limited to it keep it), or keep that one and forget this upload."""
     try:
-        existing = ws.document(existing_id)["name"] if existing_id else None
+        existing = ws.document(existing_id).name if existing_id else None
     except NotFoundError:
         existing = None
     if existing is None:  # deleted meanwhile: nothing to replace, index it as it is

@@ -27,6 +27,7 @@ from marginalia_app import presentation as fmt
 from marginalia_core.citations import find_marks
 from marginalia_core.ingest import formats
 from marginalia_core.ingest.page_images import PageRenderError
+from marginalia_core.store.records import Message
 
 if TYPE_CHECKING:
     from marginalia_core.workspace import Workspace
@@ -499,7 +500,7 @@ PageViewer = Callable[[dict[str, Any], Sequence[str]], "PageView | None"]
 
 
 def answer_group(
-    answer: dict[str, Any],
+    answer: Message,
     *,
     question: str,
     scope: str,
@@ -511,10 +512,10 @@ def answer_group(
 ) -> str:
     """The margin group of one saved answer: a card per source, the first cited (or the chosen
     ``open_n``) open, cited sentences highlighted, PDF page views when ``page_view`` is given."""
-    sources = answer.get("sources") or []
+    sources = answer.sources
     numbers = [int(s["n"]) for s in sources]
-    cited = fmt.cited_sentences(answer.get("content") or "", None)
-    chosen = open_n if open_n in numbers else first_cited(answer.get("content") or "", numbers)
+    cited = fmt.cited_sentences(answer.content, None)
+    chosen = open_n if open_n in numbers else first_cited(answer.content, numbers)
     cards = []
     for source in sources:
         n = int(source["n"])
@@ -525,16 +526,16 @@ def answer_group(
         view = page_view(source, sentences) if page_view and pdf else None
         cards.append(card_html(
             source,
-            anchor=anchor_id(scope, answer["id"], n),
+            anchor=anchor_id(scope, answer.id, n),
             mime=mime,
             sentences=sentences,
             cited=n in cited,
             is_open=n == chosen,
             page_view=view,
             deleted=deleted,
-            page_button=page_view_key(answer["id"], n) if page_buttons and pdf else "",
+            page_button=page_view_key(answer.id, n) if page_buttons and pdf else "",
         ))
-    return group_html(cards, question=question, default=default, mid=answer["id"])
+    return group_html(cards, question=question, default=default, mid=answer.id)
 
 
 def page_view_key(mid: str, n: int) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from marginalia_core.citations import MARK_RE, find_marks
 from marginalia_core.ingest import formats
+from marginalia_core.store.records import Document
 
 # ---------------------------------------------------------------------------------------------
 # escaping
@@ -488,22 +489,22 @@ def page_label(
     return f"p. {page}"
 
 
-def document_place(doc: dict[str, Any], start: int, end: int) -> str:
+def document_place(doc: Document, start: int, end: int) -> str:
     """Where locations ``start``..``end`` of a stored document are, for tables: "3" / "3–5" for
     a PDF's pages, the label otherwise ("slide 2", "sheet Budget, rows 12–40"), "" for text."""
-    kind = formats.by_mime(doc.get("mime")).location
-    units = formats.decode_units(doc.get("locations"), int(doc.get("page_count") or 1))
+    kind = formats.by_mime(doc.mime).location
+    units = formats.decode_units(doc.locations, doc.page_count)
     label = formats.location_label(kind, units, start, end)
     return label.split(" ", 1)[-1] if kind == "page" else label
 
 
-def ocr_label(doc: dict[str, Any]) -> str:
+def ocr_label(doc: Document) -> str:
     """How a document's text was read, for the library table: "" (its text layer), "OCR"
     (every page) or "OCR, 3 of 5 pages" (a mixed PDF)."""
-    ocr = len(doc.get("ocr_pages") or ())
+    ocr = len(doc.ocr_pages)
     if not ocr:
         return ""
-    pages = int(doc.get("page_count") or ocr)
+    pages = doc.page_count or ocr
     return "OCR" if ocr >= pages else f"OCR, {ocr} of {pages} pages"
 
 
@@ -527,10 +528,10 @@ _HEALTH_PROBLEMS = (
 )
 
 
-def health_summary(doc: dict[str, Any]) -> str:
+def health_summary(doc: Document) -> str:
     """One short cell for the library table: "all read", or what was not read well ("2 pages
     no text · 1 garbled · 3 tables"); "not checked" for documents indexed before it was."""
-    health = doc.get("parse_health") or {}
+    health = doc.parse_health
     if not health:
         return "not checked"
     parts = []
@@ -545,9 +546,9 @@ def health_summary(doc: dict[str, Any]) -> str:
     return " · ".join(parts) if parts else "all read"
 
 
-def health_details(doc: dict[str, Any]) -> list[str]:
+def health_details(doc: Document) -> list[str]:
     """Plain lines naming the pages behind each problem, for the "What was not read" list."""
-    health = doc.get("parse_health") or {}
+    health = doc.parse_health
     paged = int(health.get("pages") or 1) > 1
     lines = []
     for key, words in _HEALTH_PROBLEMS:
@@ -560,8 +561,8 @@ def health_details(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def has_health_problems(doc: dict[str, Any]) -> bool:
-    health = doc.get("parse_health") or {}
+def has_health_problems(doc: Document) -> bool:
+    health = doc.parse_health
     return any(health.get(key) for key, _ in _HEALTH_PROBLEMS)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+
+from marginalia_core.store.records import Document
 
 SAMPLES_DIR = Path(__file__).resolve().parents[1] / "samples"
 SAMPLE_SUFFIXES = (".md", ".txt", ".pdf")
@@ -22,8 +23,8 @@ def sample_files() -> list[Path]:
     return sorted(p for p in SAMPLES_DIR.iterdir() if p.suffix.lower() in SAMPLE_SUFFIXES)
 
 
-def samples_in_library(documents: Iterable[dict[str, Any]]) -> bool:
+def samples_in_library(documents: Iterable[Document]) -> bool:
     """Whether every sample document is in the library (by name)."""
-    names = {d["name"] for d in documents}
+    names = {d.name for d in documents}
     files = sample_files()
     return bool(files) and all(p.name in names for p in files)

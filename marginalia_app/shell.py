@@ -26,6 +26,7 @@ from marginalia_core.config import Settings, load_settings
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.lab import RetrievalLab
 from marginalia_core.providers.local_servers import normalize
+from marginalia_core.store.records import ConversationSummary
 from marginalia_core.workspace import Workspace
 
 # Absolute, so the pages resolve whichever script Streamlit started from.
@@ -463,10 +464,12 @@ def _chose() -> None:
     st.session_state["choices"] = st.session_state["close_sidebar"]
 
 
-def _day_groups(conversations: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    groups: list[tuple[str, list[dict[str, Any]]]] = []
+def _day_groups(
+    conversations: list[ConversationSummary],
+) -> list[tuple[str, list[ConversationSummary]]]:
+    groups: list[tuple[str, list[ConversationSummary]]] = []
     for conv in conversations:
-        label = fmt.day_label(conv.get("updated"))
+        label = fmt.day_label(conv.updated)
         if groups and groups[-1][0] == label:
             groups[-1][1].append(conv)
         else:
@@ -519,10 +522,11 @@ def render_sidebar(ws: Workspace) -> None:
 
 
 def _conversation_row(
-    ws: Workspace, conv: dict[str, Any], current: str | None, pending: str | None, query: str
+    ws: Workspace, conv: ConversationSummary, current: str | None, pending: str | None,
+    query: str,
 ) -> None:
-    cid = conv["id"]
-    title = fmt.escape_inline(conv["title"] or "Untitled", 34)
+    cid = conv.id
+    title = fmt.escape_inline(conv.title or "Untitled", 34)
     busy = cid in answer_desk().busy()
     row = st.container(horizontal=True, vertical_alignment="center", gap=None,
                        key=f"convrow-{cid}")
@@ -534,7 +538,7 @@ def _conversation_row(
               if cid == current else ":material/chat_bubble_outline:"),
         on_click=_open_conversation,
         args=(cid,),
-        help=("Answering…" if busy else f"Last message {fmt.format_created(conv['updated'])}"),
+        help=("Answering…" if busy else f"Last message {fmt.format_created(conv.updated)}"),
         width="stretch",
     )
     row.button(
@@ -542,12 +546,12 @@ def _conversation_row(
         key=f"del-conv-{cid}",
         type="tertiary",
         icon=":material/delete:",
-        help=f"Delete “{conv['title'] or 'Untitled'}”",
+        help=f"Delete “{conv.title or 'Untitled'}”",
         on_click=_ask_delete_conversation,
         args=(cid,),
     )
-    if query and conv.get("matched"):
-        st.caption(fmt.escape_inline(fmt.snippet(conv["matched"], query), 90))
+    if query and conv.matched:
+        st.caption(fmt.escape_inline(fmt.snippet(conv.matched, query), 90))
     if pending == cid:
         with st.container(border=True):
             st.caption(f"Delete “{title}” and its messages?")

@@ -316,10 +316,10 @@ def _stream_text(
                 out.write("(stopped: the answer ends here)\n\n")
             sources = event.get("sources") or []
             if sources:
-                mimes = {d["id"]: d.get("mime") for d in ws.documents()}
+                mimes = {d.id: d.mime for d in ws.documents()}
                 out.write("Sources\n")
                 for source in sources:
-                    out.write(f"  {source_line(source, mimes.get(source.get('document_id')))}\n")
+                    out.write(f"  {source_line(source, mimes.get(source.get('document_id', '')))}\n")
                     excerpt = " ".join(str(source.get("excerpt") or "").split())
                     if excerpt:
                         short = excerpt if len(excerpt) <= 100 else excerpt[:99].rstrip() + "…"
@@ -336,7 +336,7 @@ def _stream_text(
 
 def cmd_documents(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for doc in ws.documents():
-        _emit({"type": "document", **doc}, out)
+        _emit({"type": "document", **doc.to_dict()}, out)
     return EXIT_OK
 
 
@@ -371,19 +371,18 @@ def cmd_conversations(ws: Workspace, args: argparse.Namespace, out: TextIO, err:
         out.write(markdown)
         return EXIT_OK
     if action == "rename":
-        _emit({"type": "conversation", **ws.rename_conversation(rest[0], rest[1])}, out)
+        _emit({"type": "conversation", **ws.rename_conversation(rest[0], rest[1]).to_dict()}, out)
         return EXIT_OK
     found = ws.search_conversations(rest[0]) if action == "search" else ws.conversations()
-    for conv in found:
-        _emit({"type": "conversation", **conv}, out)
+    for listed in found:
+        _emit({"type": "conversation", **listed.to_dict()}, out)
     return EXIT_OK
 
 
 def cmd_conversation(ws: Workspace, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    conv = ws.conversation(args.id)
-    _emit({"type": "conversation", **conv}, out)
+    _emit({"type": "conversation", **ws.conversation(args.id).to_dict()}, out)
     for msg in ws.messages(args.id):
-        _emit({"type": "message", **msg}, out)
+        _emit({"type": "message", **msg.to_dict()}, out)
     return EXIT_OK
 
 

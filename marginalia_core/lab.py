@@ -36,6 +36,7 @@ from marginalia_core.retrieval.retriever import Candidates, ExplainedChunk, Hit,
 from marginalia_core.store import open_sqlite
 from marginalia_core.store import question_sets as qs
 from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.records import Document
 
 if TYPE_CHECKING:
     from marginalia_core.workspace import Workspace
@@ -263,7 +264,7 @@ class RetrievalLab:
         """Every judgment of ``set_name`` by its label, with the library passage that holds it
         (the one sharing most of its text), so a page can show it whole."""
         qset = self.sets.get(set_name)
-        docs = {d["name"]: d for d in self.ws.store.list_documents()}
+        docs = {d.name: d for d in self.ws.store.list_documents()}
         chunks: dict[str, list[dict[str, Any]]] = {}
         out: dict[str, JudgedPassage] = {}
         for j in (j for q in qset.questions for j in q.judgments):
@@ -271,16 +272,15 @@ class RetrievalLab:
                 continue
             doc = docs.get(j.document)
             if doc is None or j.level == "document":
-                out[j.label] = JudgedPassage(j.label, j.document,
-                                             str((doc or {}).get("mime") or ""))
+                out[j.label] = JudgedPassage(j.label, j.document, doc.mime if doc else "")
                 continue
-            if doc["id"] not in chunks:
-                chunks[doc["id"]] = [{**r, "document_name": doc["name"]}
-                                     for r in self.ws.store.document_chunks(doc["id"])]
-            rows = [r for r in chunks[doc["id"]] if j.matches(r)]
+            if doc.id not in chunks:
+                chunks[doc.id] = [{**r.to_dict(), "document_name": doc.name}
+                                  for r in self.ws.store.document_chunks(doc.id)]
+            rows = [r for r in chunks[doc.id] if j.matches(r)]
             best = max(rows, key=lambda r: _shared(r, j), default=None)
             out[j.label] = JudgedPassage(
-                j.label, j.document, str(doc.get("mime") or ""),
+                j.label, j.document, doc.mime,
                 best["page_start"] if best else j.page_start,
                 best["page_end"] if best else j.page_end,
                 best["content"] if best else "",
@@ -512,17 +512,17 @@ class RetrievalLab:
         index, j = judged[judgment]
         cfg = self.resolved(config)
         report = MissReport(question.text, j.label, "document_scope", "", document=j.document)
-        docs = [d for d in self.ws.store.list_documents() if j.document in (d["name"], d["id"])]
+        docs = [d for d in self.ws.store.list_documents() if j.document in (d.name, d.id)]
         if not docs:
             return replace(report, explanation=f"No document named {j.document} is in the "
                            "library, so no search can find it.")
         doc = docs[0]
-        report = replace(report, mime=str(doc.get("mime") or ""))
+        report = replace(report, mime=doc.mime)
         if not self.retriever.is_searchable(doc):
-            return replace(report, explanation=f"{doc['name']} was indexed with another "
+            return replace(report, explanation=f"{doc.name} was indexed with another "
                            "embedder and is left out of search: re-index it.")
-        rows = [{**r, "document_name": doc["name"], "document_id": doc["id"]}
-                for r in self.ws.store.document_chunks(doc["id"])]
+        rows = [{**r.to_dict(), "document_name": doc.name, "document_id": doc.id}
+                for r in self.ws.store.document_chunks(doc.id)]
         matching = {r["id"]: r for r in rows if j.matches(r)}
         if not matching:
             return self._boundary_miss(report, j, cfg)
@@ -654,7 +654,7 @@ class RetrievalLab:
         target, overlap = cfg.chunk_target, cfg.chunk_overlap
         docs = self.ws.store.list_documents()
         return any(
-            (d["chunk_target"], d["chunk_overlap"])
+            (d.chunk_target, d.chunk_overlap)
             != (target, effective_overlap(target, overlap))
             for d in docs
         )
@@ -744,24 +744,24 @@ class RetrievalLab:
         vectors = self._cached_vectors(texts, target, overlap, progress=progress, cancel=cancel)
         for d, text, starts, cs in planned:
             scratch.add_document(
-                name=d["name"], mime=d["mime"], size=d["size"], content_hash=d["content_hash"],
+                name=d.name, mime=d.mime, size=d.size, content_hash=d.content_hash,
                 embed_model=emb.model, embed_dim=emb.dimension, chunks=cs,
                 embeddings=np.array([vectors[c.text] for c in cs], dtype=np.float32).reshape(
                     len(cs), emb.dimension),
-                page_count=d["page_count"], chunk_target=target,
+                page_count=d.page_count, chunk_target=target,
                 chunk_overlap=effective_overlap(target, overlap), text=text, page_starts=starts,
-                document_id=d["id"],
+                document_id=d.id,
             )
         return sum(len(cs) for *_, cs in planned), self._last_embedded
 
-    def _plan(self, target: int, overlap: int) -> list[tuple[dict, str, list[int], list]]:
+    def _plan(self, target: int, overlap: int) -> list[tuple[Document, str, list[int], list]]:
         """Every searchable document's stored text split at ``target`` / ``overlap``."""
         store, emb = self.ws.store, self.ws.embedder
         planned = []
         for d in store.list_documents():
-            if (d["embed_model"], d["embed_dim"]) != (emb.model, emb.dimension):
+            if (d.embed_model, d.embed_dim) != (emb.model, emb.dimension):
                 continue
-            text, starts = store.document_source(d["id"])
+            text, starts = store.document_source(d.id)
             planned.append((d, text, starts,
                             chunk_text(text, target=target, overlap=overlap, page_starts=starts)))
         return planned

@@ -25,6 +25,7 @@ from marginalia_core.retrieval.rerank import reranker_class as get_reranker_clas
 from marginalia_core.retrieval.retriever import Hit, Retriever
 from marginalia_core.store import open_store
 from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.records import Conversation, ConversationSummary, Document, Message
 
 if TYPE_CHECKING:
     from marginalia_core.chat.engine import ChatEngine
@@ -143,8 +144,8 @@ class Workspace:
         config = merged.retrieval
         target, overlap = config.chunk_target, effective_overlap(
             config.chunk_target, config.chunk_overlap)
-        differ = [d["id"] for d in self.documents()
-                  if (d["chunk_target"], d["chunk_overlap"]) != (target, overlap)]
+        differ = [d.id for d in self.documents()
+                  if (d.chunk_target, d.chunk_overlap) != (target, overlap)]
         return self.reindex_many(differ, target=target, overlap=overlap)
 
     def _use(self, settings: Settings) -> None:
@@ -274,11 +275,11 @@ class Workspace:
 
     # ------------------------------------------------------------------ documents
 
-    def documents(self) -> list[dict[str, Any]]:
+    def documents(self) -> list[Document]:
         """Indexed documents, newest first."""
         return self.store.list_documents()
 
-    def document(self, document_id: str) -> dict[str, Any]:
+    def document(self, document_id: str) -> Document:
         return self.store.get_document(document_id)
 
     def ingest(
@@ -385,11 +386,11 @@ class Workspace:
         for upload in uploads:
             yield from self.job_queue.run_inline([upload], password=password)
 
-    def is_searchable(self, document: dict[str, Any]) -> bool:
+    def is_searchable(self, document: Document) -> bool:
         """Indexed by the active embedder, so it takes part in search."""
         return self.retriever.is_searchable(document)
 
-    def stale_documents(self) -> list[dict[str, Any]]:
+    def stale_documents(self) -> list[Document]:
         """Documents indexed by another embedder: the ones a re-index brings back to search."""
         return self.retriever.stale_documents()
 
@@ -416,9 +417,9 @@ class Workspace:
         """Re-index several documents (``"stale"``: those another embedder indexed; ``"all"``;
         or the given ids), one transaction each; the events of each in turn."""
         if which == "stale":
-            ids = [d["id"] for d in self.stale_documents()]
+            ids = [d.id for d in self.stale_documents()]
         elif which == "all":
-            ids = [d["id"] for d in self.documents()]
+            ids = [d.id for d in self.documents()]
         else:
             ids = list(which)
         for document_id in ids:
@@ -441,7 +442,7 @@ class Workspace:
             stats=chunk_stats(chunks),
             target=target,
             overlap=used,
-            unchanged=target == doc.get("chunk_target") and used == doc.get("chunk_overlap"),
+            unchanged=target == doc.chunk_target and used == doc.chunk_overlap,
         )
 
     @cached_property
@@ -563,7 +564,7 @@ class Workspace:
     def conversation_documents(self, conversation_id: str) -> list[str] | None:
         """The document ids a conversation is limited to, or None for all documents (a
         chosen document deleted since drops out; when none is left, all documents)."""
-        return self.store.get_conversation(conversation_id)["documents"]
+        return self.store.get_conversation(conversation_id).documents
 
     def set_conversation_documents(
         self, conversation_id: str, documents: Iterable[str] | None
@@ -575,11 +576,11 @@ class Workspace:
         self.store.set_conversation_documents(conversation_id, ids)
         return self.conversation_documents(conversation_id)
 
-    def conversations(self) -> list[dict[str, Any]]:
+    def conversations(self) -> list[ConversationSummary]:
         """Conversations, most recently updated first."""
         return self.store.list_conversations()
 
-    def conversation(self, conversation_id: str) -> dict[str, Any]:
+    def conversation(self, conversation_id: str) -> Conversation:
         return self.store.get_conversation(conversation_id)
 
     def has_conversation(self, conversation_id: str | None) -> bool:
@@ -591,14 +592,14 @@ class Workspace:
             return False
         return True
 
-    def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+    def messages(self, conversation_id: str) -> list[Message]:
         """A conversation's messages, oldest first, each assistant message with its sources."""
         return self.store.messages(conversation_id)
 
     def delete_conversation(self, conversation_id: str) -> bool:
         return self.store.delete_conversation(conversation_id)
 
-    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+    def rename_conversation(self, conversation_id: str, title: str) -> Conversation:
         """A new title (whitespace collapsed, at most ``MAX_TITLE_CHARS``); a blank one is
         refused with ``InvalidInputError``."""
         clean = " ".join(str(title).split())
@@ -606,11 +607,11 @@ class Workspace:
             raise InvalidInputError("A conversation needs a title.")
         return self.store.rename_conversation(conversation_id, clean[:MAX_TITLE_CHARS])
 
-    def search_conversations(self, text: str) -> list[dict[str, Any]]:
+    def search_conversations(self, text: str) -> list[ConversationSummary]:
         """Conversations whose title or messages contain ``text``; all of them for blank text."""
         text = " ".join(str(text).split())
         if not text:
-            return [{**c, "matched": ""} for c in self.conversations()]
+            return [replace(c, matched="") for c in self.conversations()]
         return self.store.search_conversations(text)
 
     def export_conversation(self, conversation_id: str) -> tuple[str, str]:

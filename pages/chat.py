@@ -30,6 +30,7 @@ from marginalia_core.citations import cited
 from marginalia_core.errors import MarginaliaError
 from marginalia_core.providers.answerers.extractive import is_refusal
 from marginalia_core.providers.answerers.prompting import NO_SOURCES_ANSWER
+from marginalia_core.store.records import ANSWER_STOPPED, Conversation, Document, Message
 
 ws = page()
 desk = answer_desk()
@@ -93,25 +94,25 @@ def _run_samples() -> None:
 # --------------------------------------------------------------------------- rendering
 
 def _mimes() -> dict[str, str]:
-    return {d["id"]: d["mime"] for d in ws.documents()}
+    return {d.id: d.mime for d in ws.documents()}
 
 
-def render_scope(cid: str | None, documents: list[dict[str, Any]]) -> list[str] | None:
+def render_scope(cid: str | None, documents: list[Document]) -> list[str] | None:
     """"Search in": the documents this conversation's questions search (all by default).
     Returns the chosen ids, or None for all."""
     if len(documents) < 2:
         return None
     key = _scope_key(cid)
-    known = {d["id"] for d in documents}
+    known = {d.id for d in documents}
     if key not in state:
         state[key] = (list(ws.conversation_documents(cid) or [])
                       if cid and ws.has_conversation(cid) else [])
     state[key] = [i for i in state[key] if i in known]  # a deleted document drops out
-    names = {d["id"]: d["name"] for d in documents}
+    names = {d.id: d.name for d in documents}
     st.multiselect(
         "Search in",
-        [d["id"] for d in documents],
-        format_func=lambda i: fmt.escape_inline(names.get(i, i), 50),
+        [d.id for d in documents],
+        format_func=lambda i: fmt.escape_inline(str(names.get(i, i)), 50),
         key=key,
         on_change=_on_scope,
         args=(cid,),
@@ -124,22 +125,22 @@ def render_scope(cid: str | None, documents: list[dict[str, Any]]) -> list[str] 
 def scope_caption(chosen: list[str] | None) -> str:
     if not chosen:
         return "Searching all documents."
-    names = {d["id"]: d["name"] for d in ws.documents()}
+    names = {d.id: d.name for d in ws.documents()}
     listed = ", ".join(fmt.escape_inline(names.get(i, i), 40) for i in chosen)
     return f"Searching only {listed}."
 
 
-def render_margin(messages: list[dict[str, Any]], focus_id: str | None,
+def render_margin(messages: list[Message], focus_id: str | None,
                   scope: list[str] | None = None) -> None:
     """Every answer's cards (so a mark in any answer can open its card); the focused answer's
     group shows by default, with its PDF page views."""
     mimes = _mimes()
     groups = []
     for i, message in enumerate(messages):
-        if message["role"] != "assistant":
+        if message.role != "assistant":
             continue
-        asked = messages[i - 1]["content"] if i and messages[i - 1]["role"] == "user" else ""
-        focused = message["id"] == focus_id
+        asked = messages[i - 1].content if i and messages[i - 1].role == "user" else ""
+        focused = message.id == focus_id
         groups.append(margin.answer_group(
             message,
             question=asked,
@@ -160,17 +161,17 @@ def _open_page_view(mid: str, n: int) -> None:
     state["page_view"] = (mid, n)
 
 
-def page_view_triggers(messages: list[dict[str, Any]], mimes: dict[str, str]) -> None:
+def page_view_triggers(messages: list[Message], mimes: dict[str, str]) -> None:
     """A hidden button per PDF source of every answer: a card's "See on the page" presses it
     (MARK_SCROLL_JS), and the page view opens in a dialog."""
     with st.container(key="pv_triggers"):
         for message in messages:
-            for source in message.get("sources") or []:
+            for source in message.sources:
                 doc = str(source.get("document_id", ""))
                 if doc in mimes and margin.has_pages(mimes[doc]):
                     n = int(source["n"])
-                    st.button("page view", key=margin.page_view_key(message["id"], n),
-                              on_click=_open_page_view, args=(message["id"], n))
+                    st.button("page view", key=margin.page_view_key(message.id, n),
+                              on_click=_open_page_view, args=(message.id, n))
 
 
 ZOOMS = {"Fit": 100, "150 %": 150, "200 %": 200, "300 %": 300}
@@ -281,22 +282,22 @@ def _setting_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def render_answer_block(message: dict[str, Any], asked: str | None = None) -> None:
+def render_answer_block(message: Message, asked: str | None = None) -> None:
     """A saved answer: its text with linked marks, notes, and the pills of its sources.
     ``asked``: its question, for the last answer (a scoped refusal offers all documents)."""
-    sources = message.get("sources") or []
+    sources = message.sources
     numbers = [s["n"] for s in sources]
     scope = _scope()
     st.markdown(fmt.render_answer(
-        message["content"], set(numbers),
-        link=lambda n: margin.anchor_id(scope, message["id"], n),
-        support=message.get("support"),
+        message.content, set(numbers),
+        link=lambda n: margin.anchor_id(scope, message.id, n),
+        support=message.support,
     ))
-    if message.get("status") == "stopped":
+    if message.status == ANSWER_STOPPED:
         st.caption(":material/stop_circle: Stopped: the answer ends where you stopped it."
-                   if message["content"].strip() else
+                   if message.content.strip() else
                    ":material/stop_circle: Stopped before any answer was written.")
-    _, invalid = cited(message["content"], numbers)
+    _, invalid = cited(message.content, numbers)
     if invalid:
         listed = ", ".join(f"\\[{n}\\]" for n in invalid)
         st.caption(
@@ -304,23 +305,23 @@ def render_answer_block(message: dict[str, Any], asked: str | None = None) -> No
             f"{'does' if len(invalid) == 1 else 'do'} not match any retrieved passage."
         )
     scoped_cid = state.get("cid")
-    if asked and scoped_cid and is_refusal(message["content"]) and ws.conversation_documents(
+    if asked and scoped_cid and is_refusal(message.content) and ws.conversation_documents(
             scoped_cid):
-        st.button("Search all documents", key=f"everywhere-{message['id']}",
+        st.button("Search all documents", key=f"everywhere-{message.id}",
                   icon=":material/travel_explore:", on_click=_search_everywhere,
                   args=(scoped_cid, asked),
                   help="This conversation searches only some documents: ask this again over "
                   "all of them.")
-    if not sources and message["content"] == NO_SOURCES_ANSWER:
+    if not sources and message.content == NO_SOURCES_ANSWER:
         st.page_link(INSPECTOR_PAGE, label="Open the retrieval settings Chat uses",
                      icon=":material/tune:")
     if sources:
         by_n = {s["n"]: s for s in sources}
         mimes = _mimes()
-        first = margin.first_cited(message["content"], numbers)
+        first = margin.first_cited(message.content, numbers)
         if first is not None:  # on a phone the margin is below: a jump to it
             st.html(f'<a class="mg-jump" href="#" data-target='
-                    f'"{margin.anchor_id(scope, message["id"], first)}">Show the source ↓</a>')
+                    f'"{margin.anchor_id(scope, message.id, first)}">Show the source ↓</a>')
         st.pills(
             "Cited passages",
             numbers,
@@ -328,9 +329,9 @@ def render_answer_block(message: dict[str, Any], asked: str | None = None) -> No
                 margin.card_label({**by_n[n], "score": None}, margin.source_mime(by_n[n], mimes)),
                 56,
             ),
-            key=_pick_key(message["id"]),
+            key=_pick_key(message.id),
             on_change=_on_pick,
-            args=(message["id"],),
+            args=(message.id,),
             label_visibility="collapsed",
         )
 
@@ -346,15 +347,15 @@ def _rename(cid: str) -> None:
         st.toast("Conversation renamed.", icon=":material/edit:")
 
 
-def render_conversation_header(conversation: dict[str, Any], count: int) -> None:
+def render_conversation_header(conversation: Conversation, count: int) -> None:
     """The open conversation's title and dates, with rename and export."""
-    cid = conversation["id"]
+    cid = conversation.id
     with st.container(key="conversation_header", horizontal=True, vertical_alignment="center"):
         with st.container():
-            st.markdown(f"**{fmt.escape_inline(conversation['title'] or 'Untitled', 90)}**")
+            st.markdown(f"**{fmt.escape_inline(conversation.title or 'Untitled', 90)}**")
             st.caption(
-                f"Started {fmt.escape_inline(fmt.format_created(conversation['created']))} · "
-                f"last message {fmt.escape_inline(fmt.format_created(conversation['updated']))}"
+                f"Started {fmt.escape_inline(fmt.format_created(conversation.created))} · "
+                f"last message {fmt.escape_inline(fmt.format_created(conversation.updated))}"
                 f" · {count} message{'s' * (count != 1)}"
             )
         with (
@@ -362,7 +363,7 @@ def render_conversation_header(conversation: dict[str, Any], count: int) -> None
                        on_change="rerun"),
             st.form(key=f"rename-form-{cid}", border=False),
         ):
-            st.text_input("Title", value=conversation["title"], key=f"rename-{cid}",
+            st.text_input("Title", value=conversation.title, key=f"rename-{cid}",
                           max_chars=120)
             st.form_submit_button("Save", type="primary", on_click=_rename, args=(cid,))
         filename, markdown = ws.export_conversation(cid)
@@ -381,7 +382,7 @@ def render_conversation_header(conversation: dict[str, Any], count: int) -> None
         st.error(fmt.escape_inline(problem), icon=":material/error:")
 
 
-def render_empty_state(documents: list[dict[str, Any]]) -> None:
+def render_empty_state(documents: list[Document]) -> None:
     with st.container(key="hero"):
         st.title("Marginalia", anchor=False)
         st.markdown(
@@ -563,7 +564,7 @@ if cid and not stored and not runs:
     cid = state["cid"] = None  # deleted, or a new conversation whose only answer failed
 to_address(cid)
 messages = ws.messages(cid) if stored and cid else []
-answers = [m for m in messages if m["role"] == "assistant"]
+answers = [m for m in messages if m.role == "assistant"]
 active = next((r for r in runs if r.state in (QUEUED, RUNNING)), None)
 
 unknown = state.pop("unknown_address", None)
@@ -588,13 +589,13 @@ left, right = st.columns([3, 2], gap="large")
 
 with left:
     for i, message in enumerate(messages):
-        with st.chat_message(message["role"]):
-            if message["role"] == "user":
-                st.markdown(fmt.escape_multiline(message["content"]))
+        with st.chat_message(message.role):
+            if message.role == "user":
+                st.markdown(fmt.escape_multiline(message.content))
             else:  # the last answer, when refused, offers to search all documents
                 last = (i == len(messages) - 1 and not runs and i
-                        and messages[i - 1]["role"] == "user")
-                render_answer_block(message, messages[i - 1]["content"] if last else None)
+                        and messages[i - 1].role == "user")
+                render_answer_block(message, messages[i - 1].content if last else None)
     slot = None
     for run in runs:
         with st.chat_message("user"):
@@ -625,18 +626,18 @@ with right:
         margin_slot = live_margin(scope)
     else:
         focus_id = state.get("focus")
-        focused = next((m for m in answers if m["id"] == focus_id),
+        focused = next((m for m in answers if m.id == focus_id),
                        answers[-1] if answers else None)
         if focused is not None:
-            render_margin(messages, focused["id"], scope)
+            render_margin(messages, focused.id, scope)
 
 opened = state.pop("page_view", None)
 if opened:
     mid, n = opened
-    message = next((m for m in answers if m["id"] == mid), None)
-    source = next((x for x in (message or {}).get("sources") or [] if int(x["n"]) == n), None)
-    if message is not None and source is not None:
-        page_view_dialog(source, fmt.cited_sentences(message["content"], None).get(n, []))
+    picked = next((m for m in answers if m.id == mid), None)
+    source = next((x for x in picked.sources if int(x["n"]) == n), None) if picked else None
+    if picked is not None and source is not None:
+        page_view_dialog(source, fmt.cited_sentences(picked.content, None).get(n, []))
 page_script("marks", MARK_SCROLL_JS)
 if state.pop("scroll_to_last", False):
     page_script("scroll_last", SCROLL_LAST_JS)

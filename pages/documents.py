@@ -91,7 +91,7 @@ if mismatch is not None:
             key="reindex_stale",
         ):
             for doc in stale:
-                watch(f"{doc['name']} (re-indexing)", ws.reindex(doc["id"]), doc["name"])
+                watch(f"{doc.name} (re-indexing)", ws.reindex(doc.id), doc.name)
             st.rerun()
 
 # ---- upload
@@ -179,17 +179,17 @@ if not documents:
 table = pd.DataFrame(
     [
         {
-            "Document": d["name"],
-            "Size": fmt.format_size(d["size"]),
-            "Passages": d["chunk_count"],
+            "Document": d.name,
+            "Size": fmt.format_size(d.size),
+            "Passages": d.chunk_count,
             # blank (not a grey "None") for a text or Markdown file, which has no pages
-            "Pages": formats.extent(d["mime"], d["page_count"], formats.decode_units(
-                d.get("locations"), d["page_count"])),
-            "Text": fmt.ocr_label(d) or ("text layer" if formats.by_mime(d["mime"]).renders
+            "Pages": formats.extent(d.mime, d.page_count, formats.decode_units(
+                d.locations, d.page_count)),
+            "Text": fmt.ocr_label(d) or ("text layer" if formats.by_mime(d.mime).renders
                                          == "pdf" else "text"),
             "Read": fmt.health_summary(d),
-            "Added": fmt.parse_created(d["created"]),
-            "Embedder": f"{d['embed_model']} ({d['embed_dim']} d)",
+            "Added": fmt.parse_created(d.created),
+            "Embedder": f"{d.embed_model} ({d.embed_dim} d)",
             "Searchable": ws.is_searchable(d),
         }
         for d in documents
@@ -232,28 +232,28 @@ if troubled:
     ):
         for d in troubled:
             lines = "\n".join(f"- {fmt.escape_inline(line)}" for line in fmt.health_details(d))
-            st.markdown(f"**{fmt.escape_inline(d['name'], 80)}**\n\n{lines}")
+            st.markdown(f"**{fmt.escape_inline(d.name, 80)}**\n\n{lines}")
 
 # ---- web pages: fetched again on request
-web_pages = [d for d in documents if d.get("source_url")]
+web_pages = [d for d in documents if d.source_url]
 if web_pages:
     with st.expander("Refresh web pages", icon=":material/refresh:"):
         for doc in web_pages:
             line = st.container(horizontal=True, vertical_alignment="center")
-            line.markdown(f"{fmt.escape_inline(doc['source_url'], 90)}  \n"
-                          f":gray[fetched {fmt.format_created(doc.get('fetched_at'))}]")
-            if line.button("Refresh", key=f"refresh-{doc['id']}", icon=":material/refresh:"):
-                state["upload_results"] = [watch(doc["name"], ws.refresh(doc["id"]),
-                                                 doc["name"])]
+            line.markdown(f"{fmt.escape_inline(doc.source_url or '', 90)}  \n"
+                          f":gray[fetched {fmt.format_created(doc.fetched_at)}]")
+            if line.button("Refresh", key=f"refresh-{doc.id}", icon=":material/refresh:"):
+                state["upload_results"] = [watch(doc.name, ws.refresh(doc.id),
+                                                 doc.name)]
                 st.rerun()
 
 # ---- open or download a document's kept original
-by_id = {d["id"]: d for d in documents}
+by_id = {d.id: d for d in documents}
 with st.expander("Open or download a document", icon=":material/file_open:"):
     chosen = st.selectbox(
         "Document",
         options=list(by_id),
-        format_func=lambda i: f"{by_id[i]['name']} ({fmt.format_size(by_id[i]['size'])})",
+        format_func=lambda i: f"{by_id[i].name} ({fmt.format_size(by_id[i].size)})",
         index=None,
         placeholder="Choose a document",
         key="original_choice",
@@ -270,8 +270,8 @@ with st.expander("Open or download a document", icon=":material/file_open:"):
                 if len(original) <= MAX_INLINE_PDF_BYTES:
                     st.html(original_link(original, 1, "Open the PDF ↗"))
                 st.download_button(
-                    "Download the original", data=original, file_name=doc["name"],
-                    mime=doc["mime"] or "application/octet-stream", on_click="ignore",
+                    "Download the original", data=original, file_name=doc.name,
+                    mime=doc.mime or "application/octet-stream", on_click="ignore",
                     icon=":material/download:", key="download_original",
                 )
             page_script("open_pdf", OPEN_PDF_JS)
@@ -283,15 +283,15 @@ with st.expander("Delete documents", icon=":material/delete:", expanded=bool(pen
         "Documents to delete",
         options=list(by_id),
         format_func=lambda i: (
-            f"{by_id[i]['name']} ({fmt.format_size(by_id[i]['size'])}, "
-            f"added {fmt.format_created(by_id[i]['created'])})"
+            f"{by_id[i].name} ({fmt.format_size(by_id[i].size)}, "
+            f"added {fmt.format_created(by_id[i].created)})"
         ),
         key="delete_selection",
         placeholder="Choose one or more documents",
     )
     if pending:
-        passages = sum(by_id[i]["chunk_count"] for i in pending)
-        names = ", ".join(f"“{fmt.escape_inline(by_id[i]['name'], 60)}”" for i in pending)
+        passages = sum(by_id[i].chunk_count for i in pending)
+        names = ", ".join(f"“{fmt.escape_inline(by_id[i].name, 60)}”" for i in pending)
         st.warning(
             f"Delete {names} and {passages} passages? Saved conversations keep the passages "
             "they cited. This cannot be undone.",

@@ -40,6 +40,7 @@ from fake_openai import fake_openai_fixture, fake_openai_server_fixture  # noqa:
 
 from marginalia_core.config import Settings  # noqa: E402
 from marginalia_core.store import open_store  # noqa: E402
+from marginalia_core.store.records import Document, Message  # noqa: E402
 
 SQLITE_ONLY_RUN = os.environ.get("MARGINALIA_TEST_BACKENDS", "").strip().lower() == "sqlite"
 BACKEND_FIXTURES = {"store", "settings", "workspace", "gemini_settings", "store_backend"}
@@ -167,6 +168,36 @@ def requires_eval(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is not present (../shared/eval is read-only shared data)")
     return path
+
+
+# a stored document's columns for a record built by hand (``document``)
+DOCUMENT_DEFAULTS: dict[str, Any] = {
+    "id": "d1", "name": "doc.txt", "mime": "text/plain", "size": 1, "chunk_count": 1,
+    "page_count": 1, "content_hash": "h", "embed_model": "m", "embed_dim": 4,
+    "chunk_target": 1400, "chunk_overlap": 200, "created": "2026-01-01T00:00:00+00:00",
+    "ocr_pages": "[]", "locations": "[]", "source_url": None, "fetched_at": None,
+    "parse_health": "{}",
+}
+
+
+def document(**fields: Any) -> Document:
+    """A ``Document`` record with only the fields a test cares about given (the rest as a
+    small stored text file), built the way the stores build theirs."""
+    return Document.from_row({**DOCUMENT_DEFAULTS, **fields})
+
+
+# a stored message's columns for a record built by hand (``message``)
+MESSAGE_DEFAULTS: dict[str, Any] = {
+    "id": "m1", "conversation_id": "c1", "role": "assistant", "content": "",
+    "sources": "[]", "created": "2026-01-01T00:00:00+00:00", "query": None, "support": None,
+    "status": "complete",
+}
+
+
+def message(**fields: Any) -> Message:
+    """A ``Message`` record with only the fields a test cares about given (an answer unless
+    ``role`` says otherwise), built the way the stores build theirs."""
+    return Message.from_row({**MESSAGE_DEFAULTS, **fields})
 
 
 @pytest.fixture

@@ -55,10 +55,10 @@ def test_a_question_asked_while_another_is_answered_waits_then_both_are_saved(ws
     assert (first.state, second.state) == (DONE, DONE)
     assert desk.runs(cid) == [] and desk.busy() == []
     messages = ws.messages(cid)
-    assert [(m["role"], m["content"]) for m in messages][0::2] == [("user", FERMAT),
+    assert [(m.role, m.content) for m in messages][0::2] == [("user", FERMAT),
                                                                    ("user", BOOKS)]
-    assert all(m["status"] == "complete" for m in messages)
-    assert messages[1]["id"] == first.message_id and messages[3]["id"] == second.message_id
+    assert all(m.status == "complete" for m in messages)
+    assert messages[1].id == first.message_id and messages[3].id == second.message_id
     # asked in order: the second question's request carried the first exchange as history
     second_request = fake_openai.requests_for("chat")[-1].body["messages"]
     assert any(FERMAT in str(m.get("content")) for m in second_request)
@@ -77,8 +77,8 @@ def test_stop_saves_what_was_written_marked_stopped(ws, fake_openai):
     settle(desk, run)
     assert run.state == STOPPED and run.end["status"] == "stopped"
     user, answer = ws.messages(cid)
-    assert user["content"] == FERMAT and answer["status"] == "stopped"
-    assert answer["content"].startswith(written.strip()[:10]) and len(answer["content"]) < 200
+    assert user.content == FERMAT and answer.status == "stopped"
+    assert answer.content.startswith(written.strip()[:10]) and len(answer.content) < 200
     assert "stopped" in ws.export_conversation(cid)[1].lower()
 
 
@@ -91,7 +91,7 @@ def test_a_queued_question_can_be_removed_before_it_is_asked(ws, fake_openai):
     assert desk.stop(second.id) and [r.id for r in desk.runs(cid)] == [first.id]
     fake_openai.release()
     settle(desk, first)
-    assert [m["content"] for m in ws.messages(cid)][0::2] == [FERMAT]
+    assert [m.content for m in ws.messages(cid)][0::2] == [FERMAT]
     assert len(fake_openai.requests_for("chat")) == 1
 
 

@@ -72,7 +72,7 @@ def test_a_question_the_article_cannot_answer_is_refused_naming_the_closest(supe
 def test_a_scoped_question_is_refused_when_its_documents_cannot_answer(super_bowl):
     ingest(super_bowl, "mill.txt", "The mill was built in 1851 by the Carter family on the "
            "banks of the Mill River. It ground wheat for the whole valley for sixty years.")
-    mill = next(d["id"] for d in super_bowl.documents() if d["name"] == "mill.txt")
+    mill = next(d.id for d in super_bowl.documents() if d.name == "mill.txt")
     assert answer_of(super_bowl, "When was the mill built?").startswith("**1851** — ")
     scoped = answer_of(super_bowl, "Which team won Super Bowl 50?", documents=[mill])
     assert is_refusal(scoped), scoped
@@ -128,7 +128,7 @@ def test_a_refused_scoped_question_offers_to_search_all_documents(db_path, monke
            "the Mill River. It ground wheat for the whole valley for sixty years.")
     ingest(ws, "bees.txt", "Honey bees live in colonies with a single queen. Worker bees "
            "collect nectar from flowers and turn it into honey, which they store in wax combs.")
-    bees = next(d["id"] for d in ws.documents() if d["name"] == "bees.txt")
+    bees = next(d.id for d in ws.documents() if d.name == "bees.txt")
     ws.close()
     st.cache_resource.clear()
     st.cache_data.clear()

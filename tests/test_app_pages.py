@@ -170,17 +170,17 @@ def test_question_streams_a_cited_answer_and_a_pill_opens_its_passage(app_env, w
 
     # saved with only the cited sources; listed in the sidebar
     convs = workspace.store.list_conversations()
-    assert len(convs) == 1 and convs[0]["title"] == FERMAT
-    saved = workspace.store.messages(convs[0]["id"])[-1]["sources"]
+    assert len(convs) == 1 and convs[0].title == FERMAT
+    saved = workspace.store.messages(convs[0].id)[-1].sources
     assert {s["n"] for s in saved} == {int(re.match(r"\\\[(\d+)", o).group(1)) for o in pills.options}
-    assert at.sidebar.button(key=f"conv-{convs[0]['id']}")
+    assert at.sidebar.button(key=f"conv-{convs[0].id}")
 
 
 def test_reopened_conversation_shows_its_saved_sources(app_env, workspace):
     seed(workspace, *samples())
     events = list(workspace.chat.ask(FERMAT))
     cid = events[-1]["conversation_id"]
-    saved = workspace.store.messages(cid)[-1]["sources"]
+    saved = workspace.store.messages(cid)[-1].sources
     assert saved
 
     at = start()  # a new session: starts on a new conversation
@@ -349,7 +349,7 @@ def test_delete_asks_for_confirmation(app_env, workspace):
     at.button(key="delete_documents").click().run()
     at.button(key="confirm_delete").click().run()
     assert not at.exception
-    assert [d["id"] for d in workspace.store.list_documents()] == [keep["id"]]
+    assert [d.id for d in workspace.store.list_documents()] == [keep["id"]]
     assert at.success and "Deleted 1 document" in at.success[0].value
     assert at.dataframe[0].value["Document"].tolist() == ["sourdough.md"]
 
@@ -370,7 +370,7 @@ def test_documents_of_another_embedder_get_a_notice_and_a_reindex_button(app_env
     assert not at.exception
     assert not at.warning
     (doc,) = store.list_documents()
-    assert doc["embed_model"].startswith("all-MiniLM-L6-v2") and doc["embed_dim"] == 384
+    assert doc.embed_model.startswith("all-MiniLM-L6-v2") and doc.embed_dim == 384
 
 
 def test_sample_documents_from_the_documents_page(app_env):
@@ -421,7 +421,7 @@ def test_page_labels_only_for_pdfs_in_the_inspector_and_the_documents_table(app_
 
 def test_inspector_explains_every_candidate_with_a_threshold_and_histogram(app_env, workspace):
     seed(workspace, *samples())
-    total = sum(d["chunk_count"] for d in workspace.store.list_documents())
+    total = sum(d.chunk_count for d in workspace.store.list_documents())
     at = start(INSPECTOR)
     at.text_input(key="inspector_query").input(FERMAT).run()
     assert not at.exception
@@ -497,7 +497,7 @@ def test_chunking_lab_previews_and_reindexes(app_env, workspace):
     at.button(key="lab_reindex").click().run()
     assert not at.exception
     stored = workspace.store.get_document(doc["id"])
-    assert (stored["chunk_count"], stored["chunk_target"], stored["chunk_overlap"]) == (
+    assert (stored.chunk_count, stored.chunk_target, stored.chunk_overlap) == (
         len(expected), 500, 100
     )
     assert at.success and "re-indexed" in plain(at.success[0].value)

@@ -354,9 +354,9 @@ def test_hostile_file_through_ingest_bytes_and_ingest_path(name, env, tmp_path):
     check_store(store)
     if got == "indexed":
         (doc,) = store.list_documents()
-        assert doc["name"] == name
-        for chunk in store.document_chunks(doc["id"]):
-            assert chunk["content"].strip()
+        assert doc.name == name
+        for chunk in store.document_chunks(doc.id):
+            assert chunk.content.strip()
 
 
 def test_utf16_text_is_decoded_not_mangled(env):
@@ -413,7 +413,7 @@ def test_names_with_path_separators_and_control_characters(name, env):
     assert all(ch.isprintable() for ch in shown), repr(shown)
     assert 0 < len(shown) <= 200
     if result == "indexed":
-        assert store.list_documents()[0]["name"] == shown
+        assert store.list_documents()[0].name == shown
     else:  # no extension left (e.g. "" or "/") is fine as text; anything else must say why
         assert result in FILE_REASONS
 
@@ -657,7 +657,7 @@ def test_many_small_pages_are_indexed_end_to_end(env):
     doc = events[-1]["document"]
     assert doc["page_count"] == MAX_PAGES - 1
     chunks = store.document_chunks(doc["id"])
-    assert chunks[0]["page_start"] == 1 and chunks[-1]["page_end"] == MAX_PAGES - 1
+    assert chunks[0].page_start == 1 and chunks[-1].page_end == MAX_PAGES - 1
     FIGURES[f"{MAX_PAGES - 1} text pages ingested (s)"] = round(seconds, 2)
     check_store(store)
 

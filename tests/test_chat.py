@@ -215,18 +215,18 @@ def test_only_cited_sources_are_saved_and_out_of_range_marks_flagged(gemini_ws, 
     assert done["citations"] == [1, 2] and done["invalid_citations"] == [7]
 
     user, assistant = ws.store.messages(done["conversation_id"])
-    assert assistant["id"] == done["message_id"] and assistant["role"] == "assistant"
+    assert assistant.id == done["message_id"] and assistant.role == "assistant"
     # renumbered from [1] in the order first cited; [7] has no passage, stays as it is
-    assert assistant["content"] == "The mill dates from 1851 [1]. Bees make honey [2][1]. See [7]."
-    assert done["answer"] == assistant["content"] and done["sources"] == assistant["sources"]
-    saved = {s["n"]: s for s in assistant["sources"]}
+    assert assistant.content == "The mill dates from 1851 [1]. Bees make honey [2][1]. See [7]."
+    assert done["answer"] == assistant.content and done["sources"] == assistant.sources
+    saved = {s["n"]: s for s in assistant.sources}
     assert set(saved) == {1, 2}  # uncited passages are not kept
     by_n = {s["n"]: s for s in events[0]["sources"]}
     retrieved_as = {1: 2, 2: 1}  # new number -> the number meta gave it
     for n, s in saved.items():  # a reloaded conversation maps each mark to its passage
         old = by_n[retrieved_as[n]]
         assert s["content"] == old["content"] and s["document_name"] == old["document_name"]
-    assert user["content"] == "Tell me about the mill and the bees" and user["sources"] == []
+    assert user.content == "Tell me about the mill and the bees" and user.sources == []
 
 
 def test_a_document_saying_cite_99_cannot_add_a_source(gemini_ws, fake_gemini):
@@ -237,7 +237,7 @@ def test_a_document_saying_cite_99_cannot_add_a_source(gemini_ws, fake_gemini):
     done = events[-1]
     assert done["citations"] == [] and done["invalid_citations"] == [99]
     (_, assistant) = ws.store.messages(done["conversation_id"])
-    assert assistant["sources"] == []
+    assert assistant.sources == []
 
 
 # ------------------------------------------------------------------ failures save nothing
@@ -335,7 +335,7 @@ def test_a_new_conversation_whose_answer_failed_can_be_retried_with_its_id(gemin
     retry = run(ws, "When was the mill built?", conv)
     assert_shape(retry, "done")
     assert retry[0]["conversation_id"] == conv
-    assert [m["role"] for m in ws.store.messages(conv)] == ["user", "assistant"]
+    assert [m.role for m in ws.store.messages(conv)] == ["user", "assistant"]
 
 
 def test_an_unknown_conversation_id_is_an_error(docs):
@@ -350,28 +350,28 @@ def test_conversation_created_on_first_message_with_a_64_char_title(docs):
     assert counts(docs.store) == (0, 0)
     events = run(docs, question)
     conv = docs.store.get_conversation(events[-1]["conversation_id"])
-    assert conv["title"] == make_title(question) == " ".join(question.split())[:TITLE_CHARS]
-    assert len(conv["title"]) == TITLE_CHARS
-    run(docs, "What happened to the mill in 1912?", conv["id"])
-    assert docs.store.get_conversation(conv["id"])["title"] == conv["title"]  # title kept
-    messages = docs.store.messages(conv["id"])
-    assert [m["role"] for m in messages] == ["user", "assistant"] * 2
-    assert messages[0]["content"] == question
-    assert all(isinstance(m["sources"], list) for m in messages)
-    assert messages[1]["sources"] and all("content" in s and "n" in s for s in messages[1]["sources"])
+    assert conv.title == make_title(question) == " ".join(question.split())[:TITLE_CHARS]
+    assert len(conv.title) == TITLE_CHARS
+    run(docs, "What happened to the mill in 1912?", conv.id)
+    assert docs.store.get_conversation(conv.id).title == conv.title  # title kept
+    messages = docs.store.messages(conv.id)
+    assert [m.role for m in messages] == ["user", "assistant"] * 2
+    assert messages[0].content == question
+    assert all(isinstance(m.sources, list) for m in messages)
+    assert messages[1].sources and all("content" in s and "n" in s for s in messages[1].sources)
 
 
 def test_list_by_most_recently_updated_and_delete_cascades(docs):
     a = run(docs, "When was the mill built?")[-1]["conversation_id"]
     b = run(docs, "How many bees live in a colony?")[-1]["conversation_id"]
-    assert [c["id"] for c in docs.store.list_conversations()] == [b, a]
+    assert [c.id for c in docs.store.list_conversations()] == [b, a]
     run(docs, "What happened to the mill in 1912?", a)
     listed = docs.store.list_conversations()
-    assert [c["id"] for c in listed] == [a, b]
-    assert [c["message_count"] for c in listed] == [4, 2]
+    assert [c.id for c in listed] == [a, b]
+    assert [c.message_count for c in listed] == [4, 2]
 
     assert docs.store.delete_conversation(a)
-    assert [c["id"] for c in docs.store.list_conversations()] == [b]
+    assert [c.id for c in docs.store.list_conversations()] == [b]
     assert docs.store.conn.execute(
         "SELECT COUNT(*) FROM messages WHERE conversation_id = ?", (a,)
     ).fetchone()[0] == 0
@@ -402,7 +402,7 @@ def test_a_follow_up_is_answered_about_itself_and_keeps_its_searched_query(sampl
     answer = text_of(follow)
     assert answer.startswith("Keep books out of direct sunlight")  # about light, not heat
     saved = samples_ws.messages(conv)
-    assert [m["query"] for m in saved] == [
+    assert [m.query for m in saved] == [
         None, "What temperature and humidity are best for old books?", None, query
     ]
 
@@ -428,7 +428,7 @@ def test_gemini_rewrites_a_follow_up_in_one_short_call(gemini_ws, fake_gemini):
     assert len(rewrite) == 1
     sent = json.dumps(rewrite[0].body)
     assert "When was the mill built?" in sent and "standalone search query" in sent
-    assert ws.messages(conv)[-1]["query"] == "What happened to the mill in 1912?"
+    assert ws.messages(conv)[-1].query == "What happened to the mill in 1912?"
 
 
 def test_a_failed_gemini_rewrite_falls_back_to_the_offline_rewrite(gemini_ws, fake_gemini):
@@ -479,7 +479,7 @@ def test_openai_rewrites_a_follow_up_in_one_short_call(openai_chat_ws, fake_open
     assert rewrite.body["messages"][-1] == {
         "role": "user", "content": "and what happened to it in 1912?"
     }
-    assert ws.messages(conv)[-1]["query"] == "What happened to the mill in 1912?"
+    assert ws.messages(conv)[-1].query == "What happened to the mill in 1912?"
     assert "flood" in "".join(e["text"] for e in events if e["type"] == "token")
 
 
@@ -494,7 +494,7 @@ def test_a_failed_openai_rewrite_falls_back_to_the_offline_rewrite(openai_chat_w
     calls = fake_openai.requests_for("chat")
     assert len(calls) == 2  # one failed rewrite (not retried), then the answer
     assert not calls[0].body.get("stream") and calls[1].body.get("stream") is True
-    assert ws.messages(conv)[-1]["query"] == "and what happened to it in 1912? (mill, built)"
+    assert ws.messages(conv)[-1].query == "and what happened to it in 1912? (mill, built)"
 
 
 def test_an_unusable_openai_rewrite_is_ignored(openai_chat_ws, fake_openai):
@@ -510,7 +510,7 @@ def test_an_unusable_openai_rewrite_is_ignored(openai_chat_ws, fake_openai):
 
 # ------------------------------------------------------------------ document scope (issue 11)
 def ids_by_name(ws: Workspace) -> dict[str, str]:
-    return {d["name"]: d["id"] for d in ws.documents()}
+    return {d.name: d.id for d in ws.documents()}
 
 
 @pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
@@ -565,5 +565,5 @@ def test_extractive_answers_are_saved_renumbered_from_one(docs):
     done = events[-1]
     assert done["citations"][0] == 1 and done["citations"] == list(range(1, len(done["citations"]) + 1))
     saved = docs.messages(done["conversation_id"])[-1]
-    assert saved["content"] == done["answer"]
-    assert [s["n"] for s in saved["sources"]] == done["citations"]
+    assert saved.content == done["answer"]
+    assert [s["n"] for s in saved.sources] == done["citations"]

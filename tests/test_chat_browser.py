@@ -397,8 +397,8 @@ def test_tuned_settings_and_a_deleted_document_are_said(browser, own_server):
     try:
         list(ws.apply_settings({"threshold": 0.31, "top_k": 4}))
         name = "a-short-history-of-marginalia.md"
-        doc = next(d for d in ws.documents() if d["name"] == name)
-        assert ws.delete_document(doc["id"])
+        doc = next(d for d in ws.documents() if d.name == name)
+        assert ws.delete_document(doc.id)
     finally:
         ws.close()
     pg.goto(f"{url}/?c={cid}")

@@ -147,9 +147,9 @@ def check_consistency(store: Store, ledger: Ledger) -> dict[str, int]:
     ).fetchone()[0]
     assert orphans == 0
     for conv in store.list_conversations():
-        roles = [m["role"] for m in store.messages(conv["id"])]
+        roles = [m.role for m in store.messages(conv.id)]
         assert roles and roles == ["user", "assistant"] * (len(roles) // 2), (conv, roles)
-        assert len(roles) == 2 * ledger.exchanges[conv["id"]], conv
+        assert len(roles) == 2 * ledger.exchanges[conv.id], conv
     for cid in ledger.exchanges:
         if cid in ledger.deleted_conversations:
             assert not store.messages(cid)
@@ -179,7 +179,7 @@ def test_eight_threads_soak_one_database(workspace):
                                    doc_text(topic, i, rng0)))
         assert events[-1]["type"] == "done", events[-1]
         doc_id = events[-1]["document"]["id"]
-        ledger.born(doc_id, [c["id"] for c in ws.store.document_chunks(doc_id)], started)
+        ledger.born(doc_id, [c.id for c in ws.store.document_chunks(doc_id)], started)
         base.append(doc_id)
     query_vectors = [ws.embedder.embed_query(q) for q in QUESTIONS]
     ws.retriever.search(QUESTIONS[0])  # warm
@@ -213,7 +213,7 @@ def test_eight_threads_soak_one_database(workspace):
                 ledger.error(label, last["message"])
                 return
             doc_id = last["document"]["id"]
-            ledger.born(doc_id, [c["id"] for c in store.document_chunks(doc_id)], started)
+            ledger.born(doc_id, [c.id for c in store.document_chunks(doc_id)], started)
             with published_lock:
                 published.append(doc_id)
             ledger.count("ingest")
@@ -223,7 +223,7 @@ def test_eight_threads_soak_one_database(workspace):
         time.sleep(0.2)
         if rng.random() < 0.15:  # re-index a base document in place (new chunk ids)
             doc_id = rng.choice(base)
-            old = [c["id"] for c in ws.store.document_chunks(doc_id)]
+            old = [c.id for c in ws.store.document_chunks(doc_id)]
             started = time.monotonic()
             target = rng.choice([250, 300, 350])
             events = list(reindex_document(ws.store, ws.embedder, small, doc_id, target=target,
@@ -232,14 +232,14 @@ def test_eight_threads_soak_one_database(workspace):
                 ledger.error("reindex", events[-1]["message"])
                 return
             ledger.died(doc_id, old, time.monotonic())
-            ledger.born(doc_id, [c["id"] for c in ws.store.document_chunks(doc_id)], started)
+            ledger.born(doc_id, [c.id for c in ws.store.document_chunks(doc_id)], started)
             ledger.count("reindex")
             return
         with published_lock:
             if len(published) < 2:
                 return
             doc_id = published.pop(rng.randrange(len(published)))
-        chunk_ids = [c["id"] for c in ws.store.document_chunks(doc_id)]
+        chunk_ids = [c.id for c in ws.store.document_chunks(doc_id)]
         store = ws.store if rng.random() < 0.5 else other
         assert store.delete_document(doc_id)
         gone = time.monotonic()
@@ -370,7 +370,7 @@ def test_deleted_document_is_never_served_by_a_stale_matrix(workspace):
         hits = ws.retriever.search("glosses in the margins", threshold=0, mode=mode)
         assert gone["id"] not in {h.document_id for h in hits}, mode
     scored = ws.retriever.index.search(ws.embedder.embed_query("glosses"), k=10)
-    stored = {c["id"] for c in ws.store.document_chunks(keep["id"])}
+    stored = {c.id for c in ws.store.document_chunks(keep["id"])}
     assert set(scored.chunk_ids.tolist()) <= stored
     other.close()
 
@@ -381,10 +381,10 @@ def test_chunk_ids_are_never_reused_after_a_delete(workspace):
     (Fails until chunks.id is AUTOINCREMENT, see docs/RELIABILITY.md.)"""
     ws = workspace
     first = _ingest(ws.store, ws.embedder, ws.settings, "a.md", "Glosses in the margins. " * 5)
-    first_ids = {c["id"] for c in ws.store.document_chunks(first["id"])}
+    first_ids = {c.id for c in ws.store.document_chunks(first["id"])}
     ws.store.delete_document(first["id"])
     second = _ingest(ws.store, ws.embedder, ws.settings, "b.md", "Bookbinding with thread. " * 5)
-    second_ids = {c["id"] for c in ws.store.document_chunks(second["id"])}
+    second_ids = {c.id for c in ws.store.document_chunks(second["id"])}
     assert first_ids.isdisjoint(second_ids), f"ids reused: {sorted(first_ids & second_ids)}"
 
 
@@ -439,7 +439,7 @@ def test_writers_on_two_connections_never_see_database_is_locked(workspace):
 
             for i in range(n):
                 conv = store.create_conversation(f"{label} {i}")
-                store.add_exchange(conv["id"], conv["title"], "q", "a [1]", [{"n": 1}])
+                store.add_exchange(conv.id, conv.title, "q", "a [1]", [{"n": 1}])
                 chunks = chunk_text(texts[i % len(texts)].decode()[:300] + f" {label}{i}")
                 store.add_document(
                     name=f"{label}-{i}", mime="text/plain", size=1,

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 from datetime import date
 
 import pytest
 import streamlit as st
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, message
 from streamlit.testing.v1 import AppTest
 
 from marginalia_app import presentation as fmt
 from marginalia_core import cli
 from marginalia_core.chat.export import conversation_markdown, export_filename
 from marginalia_core.errors import InvalidInputError, NotFoundError
+from marginalia_core.store.records import Conversation
 
 FERMAT = "What did Fermat write in the margin?"
 BOOKS = "What temperature and humidity are best for old books?"
@@ -43,10 +45,10 @@ def test_rename_keeps_the_conversation_and_refuses_a_blank_title(library):
     cid = _ask(library, FERMAT)
     before = library.conversation(cid)
     renamed = library.rename_conversation(cid, "  Fermat's   note  ")
-    assert renamed["title"] == "Fermat's note" and renamed["updated"] == before["updated"]
+    assert renamed.title == "Fermat's note" and renamed.updated == before.updated
     with pytest.raises(InvalidInputError):
         library.rename_conversation(cid, "   ")
-    assert library.conversation(cid)["title"] == "Fermat's note"
+    assert library.conversation(cid).title == "Fermat's note"
     with pytest.raises(NotFoundError):
         library.rename_conversation("nope", "x")
 
@@ -55,12 +57,12 @@ def test_search_finds_titles_and_message_text(library):
     fermat = _ask(library, FERMAT)
     books = _ask(library, BOOKS)
     library.rename_conversation(books, "Storing the family bible")
-    assert [c["id"] for c in library.search_conversations("family BIBLE")] == [books]
+    assert [c.id for c in library.search_conversations("family BIBLE")] == [books]
     # words of an answer, not of any title
     hits = library.search_conversations("Diophantus")
-    assert [c["id"] for c in hits] == [fermat] and "Diophantus" in hits[0]["matched"]
+    assert [c.id for c in hits] == [fermat] and "Diophantus" in hits[0].matched
     assert library.search_conversations("no such words anywhere") == []
-    assert {c["id"] for c in library.search_conversations("")} == {fermat, books}
+    assert {c.id for c in library.search_conversations("")} == {fermat, books}
     # LIKE wildcards are text
     assert library.search_conversations("%") == [] and library.search_conversations("_") == []
 
@@ -74,9 +76,9 @@ def test_export_is_markdown_with_the_cited_passages(library):
     assert markdown.startswith("# What did Fermat write in the margin?\n")
     assert "## 1. What did Fermat write in the margin?" in markdown
     assert "## 2. What temperature and humidity are best for old books?" in markdown
-    for answer in (m for m in messages if m["role"] == "assistant"):
-        assert answer["content"].strip() in markdown  # the answer with its [n] marks
-        for source in answer["sources"]:
+    for answer in (m for m in messages if m.role == "assistant"):
+        assert answer.content.strip() in markdown  # the answer with its [n] marks
+        for source in answer.sources:
             assert f"\\[{source['n']}\\] " in markdown
     assert "caring\\-for\\-old\\-books\\.pdf · p. 1" in markdown  # PDFs say their page
     assert "a\\-short\\-history\\-of\\-marginalia\\.md\n" in markdown  # .md files do not
@@ -84,18 +86,18 @@ def test_export_is_markdown_with_the_cited_passages(library):
 
 
 def test_export_quotes_document_markup_as_text():
-    conv = {"id": "c", "title": "Hostile <b>", "created": "2026-01-02T10:00:00+00:00",
-            "updated": "2026-01-02T10:05:00+00:00"}
+    conv = Conversation(id="c", title="Hostile <b>", created="2026-01-02T10:00:00+00:00",
+                        updated="2026-01-02T10:05:00+00:00")
     messages = [
-        {"role": "user", "content": "What?"},
-        {"role": "assistant", "content": "It says so [1]. <img src=x>",
-         "sources": [{"n": 1, "document_name": "x.md", "content": "# Head\n\n<script>x</script>"}]},
+        message(role="user", content="What?"),
+        message(content="It says so [1]. <img src=x>",
+                sources=[{"n": 1, "document_name": "x.md", "content": "# Head\n\n<script>x</script>"}]),
     ]
     out = conversation_markdown(conv, messages, now="2026-01-03T00:00:00+00:00")
     assert "# Hostile \\<b\\>" in out and "\\<img src=x>" in out
     assert "> \\# Head" in out and "> \\<script\\>x\\</script\\>" in out
     assert "exported from Marginalia 2026-01-03 00:00 UTC" in out
-    assert export_filename({"title": "  ???  "}) == "conversation.md"
+    assert export_filename(replace(conv, title="  ???  ")) == "conversation.md"
 
 
 def test_cli_conversations_search_rename_export(library, db_path):
@@ -169,13 +171,13 @@ def test_the_page_shows_dates_renames_searches_and_exports(app, library):
     at.text_input(key=f"rename-{fermat}").set_value("Fermat's marvellous proof")
     at.button(key=f"FormSubmitter:rename-form-{fermat}-Save").click().run()
     assert not at.exception
-    assert library.conversation(fermat)["title"] == "Fermat's marvellous proof"
+    assert library.conversation(fermat).title == "Fermat's marvellous proof"
     assert any("Fermat's marvellous proof" in fmt_plain(m.value) for m in at.markdown)
     # a blank title is refused, with a reason, and nothing changes
     at.text_input(key=f"rename-{fermat}").set_value("   ")
     at.button(key=f"FormSubmitter:rename-form-{fermat}-Save").click().run()
     assert at.error and "needs a title" in at.error[0].value
-    assert library.conversation(fermat)["title"] == "Fermat's marvellous proof"
+    assert library.conversation(fermat).title == "Fermat's marvellous proof"
     # the export button carries the Markdown of this conversation
     download = at.get("download_button")[0]
     assert download.proto.label == "Export"

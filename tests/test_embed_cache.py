@@ -88,7 +88,7 @@ def test_book_progress_counts_passages_to_embed_and_never_decreases(
     done = [e["done"] for e in progress]
     assert done == sorted(done), f"progress went backwards: {done}"
     assert done[-1] == progress[-1]["total"]
-    texts = {c["content"] for c in store.document_chunks(out[-1]["document"]["id"])}
+    texts = {c.content for c in store.document_chunks(out[-1]["document"]["id"])}
     assert progress[-1]["total"] == len(texts)
     # early vectors were kept, not redone: nothing embedded twice, nothing left out of the
     # count (the heads cleaned away after reading must not make early work wasted)
@@ -96,7 +96,7 @@ def test_book_progress_counts_passages_to_embed_and_never_decreases(
     wasted = set(emb.embedded) - texts
     assert len(wasted) <= 0.1 * len(texts), f"{len(wasted)} early passages thrown away"
     stored = store.document_chunks(out[-1]["document"]["id"])
-    assert not any("THE CLOISTER AND THE PRESS" in c["content"] for c in stored)
+    assert not any("THE CLOISTER AND THE PRESS" in c.content for c in stored)
 
 
 def test_a_resaved_copy_and_a_reindex_embed_nothing_new(store, book_settings, local_embedder):
@@ -195,7 +195,7 @@ def test_a_resumed_job_embeds_only_what_it_had_not(store, book_settings, local_e
     out = list(queue.run(claimed.id))
     assert out[-1]["type"] == "done", out[-1]
     chunks = store.document_chunks(out[-1]["document"]["id"])
-    texts = {c["content"] for c in chunks}
+    texts = {c.content for c in chunks}
     assert len(emb.embedded) == len(texts) - before
     last = embedding_events(out)[-1]
     assert last["cached"] == before and last["done"] == last["total"] == len(texts) - before

@@ -106,7 +106,7 @@ def test_beir_figure_equals_the_benchmark_computation(library, tmp_path):
 
     import scifact_eval
 
-    names = {d["name"]: d["id"] for d in library.store.list_documents()}
+    names = {d.name: d.id for d in library.store.list_documents()}
     (tmp_path / "queries.jsonl").write_text(
         "".join(json.dumps({"_id": f"q{n}", "text": q}) + "\n"
                 for n, (q, _) in enumerate(QUESTIONS, 1)), encoding="utf-8")
@@ -140,8 +140,8 @@ def test_judgments_saved_from_the_inspector_survive_reindexing(library):
     RetrievalLab(ws).add_question("inspector", query, [hit.chunk_id])
     before = RetrievalLab(ws).evaluate("inspector", ev.EvalConfig(mode="hybrid", threshold=-1.0))
     assert before.questions[0].first_relevant_rank == 1
-    doc = next(d for d in ws.store.list_documents() if d["name"] == "garden.md")
-    events = list(reindex_document(ws.store, ws.embedder, ws.settings, doc["id"], target=500,
+    doc = next(d for d in ws.store.list_documents() if d.name == "garden.md")
+    events = list(reindex_document(ws.store, ws.embedder, ws.settings, doc.id, target=500,
                                    overlap=50))
     assert events[-1]["type"] == "done"
     assert hit.chunk_id not in ws.store.chunks_by_ids([hit.chunk_id])  # ids are gone

@@ -340,7 +340,7 @@ def test_every_suggested_sample_question_is_answered(samples_ws):
 
 def test_flagship_answer_has_the_note_and_the_claim_whole_and_cited(samples_ws):
     _, streamed = ask(samples_ws, "What did Fermat write in the margin?")
-    saved = samples_ws.messages(samples_ws.conversations()[0]["id"])[-1]["content"]
+    saved = samples_ws.messages(samples_ws.conversations()[0].id)[-1].content
     assert "marvellous proof which the margin was too narrow to contain" in saved
     assert saved.startswith("Around 1637 the French mathematician Pierre de Fermat wrote")
     assert re.search(r"\[1\]", saved) and not re.search(r"\[[2-9]\]", saved.split("[1]")[0])

@@ -240,8 +240,8 @@ def test_chat_ends_in_done_or_error_within_bound_and_saves_nothing_partial(ws, f
         assert after["conversations"] == before["conversations"] + 1
         assert after["messages"] == before["messages"] + 2
         saved = ws.store.messages(end["conversation_id"])
-        assert [m["role"] for m in saved] == ["user", "assistant"]
-        assert saved[1]["content"] == answer
+        assert [m.role for m in saved] == ["user", "assistant"]
+        assert saved[1].content == answer
 
 
 FOLLOW_UP_FAULTS = [

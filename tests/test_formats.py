@@ -9,6 +9,7 @@ import io
 from pathlib import Path
 
 import pytest
+from conftest import document
 
 from marginalia_core.ingest import formats
 from marginalia_core.ingest.extraction import Unit
@@ -70,7 +71,7 @@ def test_every_real_file_s_passages_render_as_markdown(library):
         doc = ends[name]["document"]
         assert passages.is_markdown(doc["mime"]) and not passages.has_pages(doc["mime"])
         chunk = ws.store.document_chunks(doc["id"])[0]
-        html = passages.markdown_html(chunk["content"])
+        html = passages.markdown_html(chunk.content)
         assert "<script" not in html.lower()
 
 
@@ -193,15 +194,16 @@ def test_xlsx_rows_stand_alone_with_their_header_names(workspace):
                           got.units) == "2 sheets, 60 rows"
     chunks = workspace.store.document_chunks(end["document"]["id"])
     assert len(chunks) > 1
-    assert all(c["location"].startswith("sheet ") for c in chunks)
-    assert chunks[0]["location"].startswith("sheet Budget, rows 2\u2013")
-    assert chunks[-1]["location"].endswith("sheet Suppliers, row 2")
+    assert all(c.location.startswith("sheet ") for c in chunks)
+    assert chunks[0].location.startswith("sheet Budget, rows 2\u2013")
+    assert chunks[-1].location.endswith("sheet Suppliers, row 2")
     hits = workspace.search("Vranja Nursery Dorking")
     assert hits[0].location.endswith("sheet Suppliers, row 2")
     from marginalia_app import presentation as fmt  # the Inspector's chunking table
 
-    assert fmt.document_place(end["document"], 1, 16) == "sheet Budget, rows 2\u201317"
-    assert fmt.document_place({"mime": "application/pdf", "page_count": 9}, 3, 5) == "3\u20135"
+    stored = workspace.document(end["document"]["id"])
+    assert fmt.document_place(stored, 1, 16) == "sheet Budget, rows 2\u201317"
+    assert fmt.document_place(document(mime="application/pdf", page_count=9), 3, 5) == "3\u20135"
 
 
 def test_csv_sniffs_its_delimiter_and_names_the_sheet_after_the_file():

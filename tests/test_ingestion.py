@@ -75,7 +75,7 @@ def test_embedding_failure_leaves_database_as_it_was(store, db_path, fake_gemini
     events = run(ingest_bytes(store, embedder, settings, "two.txt", many))
     assert events[-1]["type"] == "error"
     assert fake_gemini.api_key not in events[-1]["message"]
-    assert [d["name"] for d in store.list_documents()] == ["one.txt"]
+    assert [d.name for d in store.list_documents()] == ["one.txt"]
     assert store.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == before
 
 
@@ -106,8 +106,8 @@ def test_every_eval_pdf_indexed_or_refused_with_reason(pdf_dir, workspace):
     assert sum(v in ("indexed", "near_duplicate") for v in outcomes.values()) >= 18
     report = workspace.store.integrity_report()
     assert report["integrity"] == "ok" and not report["mismatched_documents"]
-    geo = next(d for d in workspace.store.list_documents() if d["name"].startswith("sf__GeoTopo"))
-    assert geo["page_count"] == 117
+    geo = next(d for d in workspace.store.list_documents() if d.name.startswith("sf__GeoTopo"))
+    assert geo.page_count == 117
 
 
 def test_password_opens_encrypted_pdf(pdf_dir, workspace):
@@ -133,9 +133,9 @@ def test_reindex_with_new_chunk_settings_replaces_in_place(workspace):
                                   doc["id"], target=400, overlap=50))
     assert events[-1]["type"] == "done" and events[-1]["reindexed"]
     new = workspace.store.get_document(doc["id"])
-    assert new["chunk_target"] == 400 and new["chunk_count"] > doc["chunk_count"]
+    assert new.chunk_target == 400 and new.chunk_count > doc["chunk_count"]
     chunks = workspace.store.document_chunks(doc["id"])
-    assert len(chunks) == new["chunk_count"] and max(len(c["content"]) for c in chunks) <= 400
+    assert len(chunks) == new.chunk_count and max(len(c.content) for c in chunks) <= 400
     assert len(workspace.store.list_documents()) == 1
 
 
@@ -176,8 +176,8 @@ def test_reading_and_embedding_overlap_without_changing_the_result(workspace):
     events = run(ingest_bytes(workspace.store, workspace.embedder, s, "book.pdf", data))
     assert events[-1]["type"] == "done"
     stored = workspace.store.document_chunks(events[-1]["document"]["id"])
-    assert [c["content"] for c in stored] == [c.text for c in chunks]
+    assert [c.content for c in stored] == [c.text for c in chunks]
     fresh = workspace.embedder.embed_documents([c.text for c in chunks])
-    by_id = dict(zip(*workspace.store.vectors_by_ids([c["id"] for c in stored])))
-    got = np.stack([by_id[c["id"]] for c in stored])  # in passage order, on either backend
+    by_id = dict(zip(*workspace.store.vectors_by_ids([c.id for c in stored])))
+    got = np.stack([by_id[c.id] for c in stored])  # in passage order, on either backend
     assert np.allclose(got, fresh, atol=1e-4)

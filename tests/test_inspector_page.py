@@ -261,8 +261,8 @@ def test_apply_to_chat_and_controls_survive_navigation(app_env):
     # Chat retrieved with the applied settings: at most 2 passages
     cid = at.session_state["cid"]
     assert cid
-    (answer,) = [m for m in ws.messages(cid) if m["role"] == "assistant"]
-    assert 1 <= len(answer["sources"]) <= 2
+    (answer,) = [m for m in ws.messages(cid) if m.role == "assistant"]
+    assert 1 <= len(answer.sources) <= 2
 
     at.switch_page(INSPECTOR).run()
     assert not at.exception

@@ -69,7 +69,7 @@ def test_worker_runs_a_batch_in_order_and_records_progress(workspace):
     assert (pdf_job.pages_done, pdf_job.pages_total) == (2, 2)
     assert pdf_job.chunks_done == pdf_job.chunks_total > 0
     assert pdf_job.elapsed() is not None and pdf_job.fraction == 1.0
-    docs = {d["id"]: d for d in workspace.documents()}
+    docs = {d.id: d for d in workspace.documents()}
     assert {j.document_id for j in done} == set(docs)
     assert not any(_data_kept(workspace.store, j.id) for j in done)  # bytes dropped at the end
 
@@ -296,7 +296,7 @@ def test_cli_ingest_is_a_recorded_job(tmp_path, settings, capsys):
     try:
         [job] = ws.jobs()
         assert (job.name, job.status, job.batch_size) == ("note.md", "done", 1)
-        assert job.document_id == ws.documents()[0]["id"]
+        assert job.document_id == ws.documents()[0].id
     finally:
         ws.close()
 

@@ -79,18 +79,18 @@ def test_apply_to_chat_changes_what_chat_retrieves_and_survives_a_restart(librar
 
 def test_apply_with_another_chunking_reindexes_every_document(library, local_embedder):
     ws = library
-    before = {d["name"]: d["chunk_count"] for d in ws.documents()}
+    before = {d.name: d.chunk_count for d in ws.documents()}
     events = list(RetrievalLab(ws).apply(ev.EvalConfig(mode="hybrid", top_k=4, chunk_target=200,
                                              chunk_overlap=20)))
     assert [e["type"] for e in events].count("done") == len(DOCS)
     docs = ws.documents()
-    assert {(d["chunk_target"], d["chunk_overlap"]) for d in docs} == {(200, 20)}
-    assert all(d["chunk_count"] > before[d["name"]] for d in docs)
+    assert {(d.chunk_target, d.chunk_overlap) for d in docs} == {(200, 20)}
+    assert all(d.chunk_count > before[d.name] for d in docs)
     # new uploads are chunked the applied way too
     events = list(ws.ingest("extra.md", ("Quinces turn pink when cooked slowly. " * 20).encode()))
     assert events[-1]["type"] == "done"
-    extra = next(d for d in ws.documents() if d["name"] == "extra.md")
-    assert (extra["chunk_target"], extra["chunk_overlap"]) == (200, 20)
+    extra = next(d for d in ws.documents() if d.name == "extra.md")
+    assert (extra.chunk_target, extra.chunk_overlap) == (200, 20)
     # applying the same again re-indexes nothing
     assert list(RetrievalLab(ws).apply(RetrievalLab(ws).applied())) == []
 

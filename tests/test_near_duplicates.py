@@ -53,7 +53,7 @@ def test_a_one_byte_different_pdf_is_refused_naming_the_original(store, settings
     assert "ledger.pdf" in end["message"] and "same text" in end["message"]
     assert end["existing_id"] == first["document"]["id"]
     assert end["existing_name"] == "ledger.pdf"
-    assert [d["name"] for d in store.list_documents()] == ["ledger.pdf"]
+    assert [d.name for d in store.list_documents()] == ["ledger.pdf"]
 
 
 def test_a_one_byte_different_text_is_caught_by_its_shared_passages(store, settings,
@@ -95,8 +95,8 @@ def test_replace_keeps_the_id_and_takes_the_new_file(store, settings, local_embe
                  "essay-v2.txt", typo)
     assert end["type"] == "done" and not end["duplicate"]
     [doc] = store.list_documents()
-    assert doc["id"] == first["document"]["id"] and doc["name"] == "essay-v2.txt"
-    text, _ = store.document_source(doc["id"])
+    assert doc.id == first["document"]["id"] and doc.name == "essay-v2.txt"
+    text, _ = store.document_source(doc.id)
     assert text == typo.decode()
 
 
@@ -116,7 +116,7 @@ def test_a_refused_job_keeps_its_upload_until_the_person_chooses(store, settings
     end = list(queue.run(again.id))[-1]
     assert end["type"] == "done"
     [doc] = store.list_documents()
-    assert doc["name"] == "essay copy.txt" and doc["id"] == original["document"]["id"]
+    assert doc.name == "essay copy.txt" and doc.id == original["document"]["id"]
 
 
 def _cli(db, *args: str) -> subprocess.CompletedProcess:

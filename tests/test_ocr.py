@@ -11,7 +11,7 @@ import io
 import os
 
 import pytest
-from conftest import PDFS, requires_eval
+from conftest import PDFS, document, requires_eval
 from pdf_maker import outline_pdf, text_pdf
 from pypdf import PdfReader, PdfWriter
 
@@ -67,7 +67,7 @@ def test_scanned_pdf_indexes_with_ocr_text_that_answers_a_question(scan, workspa
     outcome = IngestOutcome.from_event(stream[-1], "vicksburg-scan.pdf")
     assert outcome.state == "indexed", outcome
     doc = workspace.documents()[0]
-    assert doc["ocr_pages"] == [1, 2] and doc["page_count"] == 2
+    assert doc.ocr_pages == [1, 2] and doc.page_count == 2
     hits = workspace.search(OXEN)
     assert hits, "the OCR text should answer the question"
     top = hits[0]
@@ -88,7 +88,7 @@ def test_mixed_pdf_ocrs_only_its_empty_pages(scan):
     assert result.ocr_pages == (2,) and calls == [(1, 1)]
     assert "crazy ones" in result.text[: result.page_starts[1]].lower()
     assert "oxen" in result.text[result.page_starts[1]:].lower()
-    assert fmt.ocr_label({"ocr_pages": [2], "page_count": 2}) == "OCR, 1 of 2 pages"
+    assert fmt.ocr_label(document(ocr_pages=[2], page_count=2)) == "OCR, 1 of 2 pages"
 
 
 def test_ocr_turned_off_refuses_a_scan_and_says_how_to_turn_it_on(scan, monkeypatch):
@@ -122,7 +122,7 @@ def test_reindex_keeps_the_ocr_record(scan, workspace: Workspace):
     doc_id = end["document"]["id"]
     again = follow(workspace.reindex(doc_id, target=600))
     assert again["type"] == "done"
-    assert workspace.store.get_document(doc_id)["ocr_pages"] == [1, 2]
+    assert workspace.store.get_document(doc_id).ocr_pages == [1, 2]
 
 
 @pytest.mark.parametrize("raw", ["0", "off", "False", "no"])

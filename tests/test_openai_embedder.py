@@ -135,7 +135,7 @@ def test_vectors_of_another_server_or_model_are_not_searched(db_path, fake_opena
     fake_openai.set_models(None)
     other = Workspace(fake_openai.settings(db_path=str(db_path), embed_model="another-embedder"))
     assert other.search("When was the mill built?") == []
-    assert [d["name"] for d in other.stale_documents()] == ["mill.txt"]
+    assert [d.name for d in other.stale_documents()] == ["mill.txt"]
     other.close()
 
 

@@ -53,15 +53,15 @@ def test_a_documents_health_is_stored_and_survives_reindexing(store, settings, l
     end = follow(ingest_bytes(store, local_embedder, settings, "mixed.pdf", health_pdf()))
     assert end["type"] == "done", end
     doc = store.get_document(end["document"]["id"])
-    health = doc["parse_health"]
+    health = doc.parse_health
     assert health["pages"] == 5
     assert health["empty"] == [2] and health["garbled"] == [3] and health["tables"] == 1
     assert health["ocr"] == [] and health["unreadable"] == []
     assert fmt.health_summary(doc) == "1 page no text · 1 page garbled · 1 table"
     assert fmt.health_details(doc)[:2] == ["no text: pages 2", "garbled: pages 3"]
-    again = follow(reindex_document(store, local_embedder, settings, doc["id"], target=700))
+    again = follow(reindex_document(store, local_embedder, settings, doc.id, target=700))
     assert again["type"] == "done"
-    assert store.get_document(doc["id"])["parse_health"] == health
+    assert store.get_document(doc.id).parse_health == health
 
 
 def test_a_clean_text_file_is_all_read(store, settings, local_embedder):

@@ -7,9 +7,11 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from conftest import message
 
 from marginalia_app import passages as mg
 from marginalia_app import presentation as fmt
+from marginalia_core.store.records import Message
 
 ALLOWED_TAGS = {"p", "h4", "h5", "h6", "ul", "ol", "li", "blockquote", "pre", "code", "strong",
                 "em", "span", "mark", "hr"}
@@ -120,8 +122,8 @@ def test_pages_are_labelled_only_for_pdfs():
     assert mg.source_mime({"document_id": "gone", "document_name": "r.PDF"}, {}) == "application/pdf"
 
 
-def _answer(content: str, sources: list[dict]) -> dict:
-    return {"id": "m1234567890abcdef", "content": content, "sources": sources}
+def _answer(content: str, sources: list[dict]) -> Message:
+    return message(id="m1234567890abcdef", content=content, sources=sources)
 
 
 def _source(n: int, content: str) -> dict:
@@ -139,14 +141,14 @@ def test_the_first_cited_card_is_open_and_every_mark_links_to_its_card():
     cards = re.findall(r'<div class="([^"]+)" id="([^"]+)"', group)
     assert [c for c, _ in cards] == ["mg-card mg-cited", "mg-card mg-open mg-cited"]
     ids = [i for _, i in cards]
-    assert ids == [mg.anchor_id("g3", answer["id"], 1), mg.anchor_id("g3", answer["id"], 2)]
-    md = fmt.render_answer(answer["content"], {1, 2},
-                           link=lambda n: mg.anchor_id("g3", answer["id"], n))
+    assert ids == [mg.anchor_id("g3", answer.id, 1), mg.anchor_id("g3", answer.id, 2)]
+    md = fmt.render_answer(answer.content, {1, 2},
+                           link=lambda n: mg.anchor_id("g3", answer.id, n))
     assert f"[\\[2\\]](#{ids[1]})" in md and f"[\\[1\\]](#{ids[0]})" in md
     assert ":red[\\[5\\]]" in md and "#src" not in md.split(":red")[1]  # [5] unlinked, flagged
     # a chosen card (a pill) wins over the first cited one
     chosen = mg.answer_group(answer, question="", scope="g4", mimes={}, default=True, open_n=1)
-    assert 'class="mg-card mg-open mg-cited" id="' + mg.anchor_id("g4", answer["id"], 1) in chosen
+    assert 'class="mg-card mg-open mg-cited" id="' + mg.anchor_id("g4", answer.id, 1) in chosen
 
 
 def test_uncited_sources_are_marked_and_scope_changes_every_id():

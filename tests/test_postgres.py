@@ -124,9 +124,9 @@ def _sqlite_library(tmp_path, local_embedder) -> Settings:
         if p.suffix in (".md", ".pdf"):
             end = list(ingest_bytes(ws.store, ws.embedder, settings, p.name, p.read_bytes()))[-1]
             assert end["type"] == "done", end
-    kept = ws.documents()[0]["id"]
+    kept = ws.documents()[0].id
     list(ws.ask(FERMAT, documents=[kept]))  # a conversation scope and a saved query (m006)
-    ws.store.delete_document(ws.documents()[-1]["id"])  # ids with a gap, as real libraries have
+    ws.store.delete_document(ws.documents()[-1].id)  # ids with a gap, as real libraries have
     ws.store.save_library_settings({"top_k": 4})  # library settings (m010)
     csv = tmp_path / "q.csv"
     csv.write_text("question,document,page\nWho wrote in the margin?,how-marginalia-works.md,\n")
@@ -157,19 +157,19 @@ def test_migrate_store_copies_a_sqlite_library_with_nothing_lost(
     (_, ids_a, m_a), (_, ids_b, m_b) = (
         s.load_vectors(local_embedder.model, local_embedder.dimension) for s in (src, dst))
     assert np.array_equal(ids_a, ids_b) and np.array_equal(m_a, m_b)
-    assert [m["content"] for c in src.list_conversations() for m in src.messages(c["id"])] == \
-        [m["content"] for c in dst.list_conversations() for m in dst.messages(c["id"])]
+    assert [m.content for c in src.list_conversations() for m in src.messages(c.id)] == \
+        [m.content for c in dst.list_conversations() for m in dst.messages(c.id)]
     # conversation scope, each answer's query and the applied settings come along
     (conv,) = src.list_conversations()
-    assert src.get_conversation(conv["id"])["documents"] is not None
-    assert src.get_conversation(conv["id"]) == dst.get_conversation(conv["id"])
-    assert [m["query"] for m in src.messages(conv["id"])] == \
-        [m["query"] for m in dst.messages(conv["id"])]
-    assert any(m["query"] for m in dst.messages(conv["id"]))
+    assert src.get_conversation(conv.id).documents is not None
+    assert src.get_conversation(conv.id) == dst.get_conversation(conv.id)
+    assert [m.query for m in src.messages(conv.id)] == \
+        [m.query for m in dst.messages(conv.id)]
+    assert any(m.query for m in dst.messages(conv.id))
     assert dst.library_settings() == src.library_settings() == {"top_k": 4}
     # new chunks continue after the copied ids
     doc, _ = _add(dst, "after.txt", dim=local_embedder.dimension, model=local_embedder.model)
-    assert min(c["id"] for c in dst.document_chunks(doc["id"])) > int(ids_a.max())
+    assert min(c.id for c in dst.document_chunks(doc.id)) > int(ids_a.max())
     # a second copy into a database that holds a library is refused, nothing written
     with pytest.raises(MigrationRefused):
         import_sqlite(src, dst)
@@ -216,7 +216,7 @@ def test_the_app_runs_on_postgres(pg_database, monkeypatch, local_embedder):
         assert [m.name for m in at.chat_message] == ["user", "assistant"]
         assert "Fermat" in at.chat_message[1].markdown[0].value
         convs = store.list_conversations()
-        assert len(convs) == 1 and convs[0]["title"] == FERMAT  # saved in PostgreSQL
+        assert len(convs) == 1 and convs[0].title == FERMAT  # saved in PostgreSQL
         shown = " ".join(m.value for m in at.sidebar.markdown) + " ".join(
             c.value for c in at.caption) + " ".join(c.value for c in at.sidebar.caption)
         assert "postgres:@" not in shown  # the raw URL is never on screen
@@ -283,8 +283,8 @@ def test_full_text_folds_accents_and_p005_reindexes_existing_rows(empty_pg_datab
         doc, _ = _add(store, "other.txt")
         store.raw.execute(
             "UPDATE chunks SET content = 'a naive resume of the facade' WHERE document_id = %s "
-            "AND idx = 0", (doc["id"],))
-        first = store.chunk_ids_of_documents([doc["id"]])[0]
+            "AND idx = 0", (doc.id,))
+        first = store.chunk_ids_of_documents([doc.id])[0]
         assert [c for c, _ in store.bm25(["naïve", "résumé", "façade"], limit=5, require_all=True)] == [first]
         assert store.chunks_containing("résumé", [first, *old_chunk]) == [first]
         total, counts = store.term_chunk_counts(["café", "cafe", "naïve"])
@@ -324,7 +324,7 @@ def test_the_retriever_ranks_in_the_database_with_the_hnsw_index(pg_database, mo
         parts.append(vecs)
     store.raw.execute("ANALYZE")
     _, ids, matrix = store.load_vectors("m", 16)
-    doc_of = {c: d["id"] for d in docs for c in store.chunk_ids_of_documents([d["id"]])}
+    doc_of = {c: d.id for d in docs for c in store.chunk_ids_of_documents([d.id])}
 
     def no_load(*a, **kw):
         raise AssertionError("vectors were loaded into the process")
@@ -351,7 +351,7 @@ def test_the_retriever_ranks_in_the_database_with_the_hnsw_index(pg_database, mo
         assert np.allclose(got.scores, scores, atol=1e-5)
     # threshold applies to the cosine, as on SQLite
     assert (index.search(queries[0], k=10, threshold=0.3).scores >= 0.3).all()
-    scope = [docs[1]["id"]]
+    scope = [docs[1].id]
     for exact_below in (postgres.EXACT_SCOPE_ROWS, 0):  # small scope exact / HNSW + filter
         monkeypatch.setattr(postgres, "EXACT_SCOPE_ROWS", exact_below)
         assert (hnsw in _plan(store, queries[0], documents=scope)) == (exact_below == 0)

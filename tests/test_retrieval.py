@@ -66,13 +66,13 @@ def test_filled_lists_give_every_candidate_both_scores(indexed):
 def test_other_embedder_is_reported_and_excluded(indexed):
     store = indexed.store
     doc = store.list_documents()[0]
-    store.conn.execute("UPDATE documents SET embed_model = 'other-model' WHERE id = ?", (doc["id"],))
+    store.conn.execute("UPDATE documents SET embed_model = 'other-model' WHERE id = ?", (doc.id,))
     store.conn.execute("UPDATE state SET value = value + 1 WHERE key = 'generation'")
     problem = indexed.retriever.mismatch()
     assert problem is not None and "Re-index" in problem.message and "other-model" in problem.message
-    assert [d["id"] for d in indexed.retriever.stale_documents()] == [doc["id"]]
+    assert [d.id for d in indexed.retriever.stale_documents()] == [doc.id]
     names = {h.document_name for h in indexed.retriever.search("anything at all", threshold=-1.0, k=50)}
-    assert doc["name"] not in names
+    assert doc.name not in names
 
 
 def test_hybrid_keeps_an_all_terms_keyword_match_below_the_threshold(indexed):

@@ -25,7 +25,7 @@ def app(db_path, monkeypatch, workspace):
 
 
 def test_a_conversation_searches_only_the_chosen_documents(app):
-    docs = {d["name"]: d["id"] for d in app.documents()}
+    docs = {d.name: d.id for d in app.documents()}
     guide = docs["how-marginalia-works.md"]
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
     choice = at.multiselect(key="scope-new")
@@ -34,13 +34,13 @@ def test_a_conversation_searches_only_the_chosen_documents(app):
     at.chat_input[0].set_value(FERMAT).run()
     assert not at.exception
     (conv,) = app.conversations()
-    assert app.conversation_documents(conv["id"]) == [guide]
-    saved = app.messages(conv["id"])[-1]["sources"]
+    assert app.conversation_documents(conv.id) == [guide]
+    saved = app.messages(conv.id)[-1].sources
     assert all(s["document_id"] == guide for s in saved)
     assert any("Searching only how\\-marginalia\\-works\\.md" in c.value for c in at.caption)
     # the stored conversation's own choice is shown; widening it is kept for the next question
-    scoped = at.multiselect(key=f"scope-{conv['id']}")
+    scoped = at.multiselect(key=f"scope-{conv.id}")
     assert scoped.value == [guide]
     scoped.set_value([]).run()
-    assert app.conversation_documents(conv["id"]) is None
+    assert app.conversation_documents(conv.id) is None
     assert any("Searching all documents" in c.value for c in at.caption)

@@ -560,8 +560,8 @@ def test_injected_citation_is_flagged_and_never_saved(fake_gemini, db_path):
     assert done["citations"] == [1]
     assert done["invalid_citations"] == [0, 99]
     saved = ws.store.messages(done["conversation_id"])[-1]
-    assert [s["n"] for s in saved["sources"]] == [1]
-    rendered = fmt.render_answer(saved["content"], {s["n"] for s in saved["sources"]})
+    assert [s["n"] for s in saved.sources] == [1]
+    rendered = fmt.render_answer(saved.content, {s["n"] for s in saved.sources})
     assert ":blue-badge[99]" not in rendered and ":red[\\[99\\]]" in rendered
     assert_inert_answer(rendered)
     # the instruction sent to the model says the passages are material, not instructions

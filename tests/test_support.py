@@ -91,7 +91,7 @@ def test_every_extractive_answer_carries_its_support_and_saves_it(workspace):
     assert all(s["supported"] for s in done["support"])  # quoted verbatim: always in its passage
     assert all(s["marks"] and s["sentence"] in done["answer"] for s in done["support"])
     (_, assistant) = workspace.store.messages(done["conversation_id"])
-    assert assistant["support"] == done["support"]
+    assert assistant.support == done["support"]
 
 
 def test_a_gemini_answer_citing_the_wrong_passage_is_flagged_and_saved(gemini_ws, fake_gemini):  # noqa: F811
@@ -110,7 +110,7 @@ def test_a_gemini_answer_citing_the_wrong_passage_is_flagged_and_saved(gemini_ws
     wrong = done["support"][1]
     assert wrong["marks"] == [1] and "Worker bees" in wrong["sentence"]  # renumbered: mill is [1]
     (_, assistant) = ws.store.messages(done["conversation_id"])
-    assert assistant["support"] == done["support"]
+    assert assistant.support == done["support"]
 
 
 def test_a_question_without_sources_has_nothing_to_check(workspace):

@@ -46,7 +46,7 @@ def test_index_refreshes_when_documents_change(store):
     q = l2_normalize(np.array([0, 1, 0.1, 0], dtype=np.float32))
     hit = index.search(q, k=1)
     assert len(index) == 3 and hit.scores[0] > 0.99
-    store.delete_document(doc["id"])
+    store.delete_document(doc.id)
     assert index.search(q, k=1).chunk_ids.size == 0  # never serves a deleted document
 
 
@@ -79,7 +79,7 @@ def test_additions_are_appended_without_a_full_reload(store, monkeypatch):
     assert np.shares_memory(grown, matrix) and np.shares_memory(grown_ids, ids)
     assert np.array_equal(grown[:4], matrix)
     # a deletion forces a full reload, and the deleted rows are gone
-    store.delete_document(next(d["id"] for d in store.list_documents() if d["name"] == "b"))
+    store.delete_document(next(d.id for d in store.list_documents() if d.name == "b"))
     assert len(index) == 3 and calls[-1].get("after_id", 0) == 0
 
 
@@ -185,7 +185,7 @@ def test_additions_append_and_deletions_are_never_served(big):
     small_ids = set(store.vector_ids("q", QDIM)[1][-20:].tolist())
     assert small_ids & set(index.search(extra[3], k=50).chunk_ids.tolist())
     # a small deletion tombstones its rows (no copy) and the sidecar records them
-    store.delete_document(small["id"])
+    store.delete_document(small.id)
     assert len(index) == 13_500 and "20 deleted" in index.last_load["how"]
     assert index._codes.dead == 20
     assert not small_ids & set(index.search(extra[3], k=50).chunk_ids.tolist())
@@ -193,9 +193,9 @@ def test_additions_append_and_deletions_are_never_served(big):
     assert len(again) == 13_500 and again.last_load["how"].startswith("sidecar")
     assert not small_ids & set(again.search(extra[3], k=50).chunk_ids.tolist())
     # a big one (over COMPACT_DEAD_FRACTION) compacts the codes and rewrites the sidecar
-    late = next(d for d in store.list_documents() if d["name"] == "late")
+    late = next(d for d in store.list_documents() if d.name == "late")
     late_ids = set(store.vector_ids("q", QDIM)[1][-1500:].tolist())
-    store.delete_document(late["id"])
+    store.delete_document(late.id)
     assert len(index) == 12_000 and index._codes.dead == 0
     assert not late_ids & set(index.search(q, k=50).chunk_ids.tolist())
     assert _recall(index, x, ids, _clustered(50, seed=5)) >= 0.99

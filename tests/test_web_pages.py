@@ -134,12 +134,12 @@ def test_a_page_is_indexed_with_its_final_url_and_fetch_time(workspace, pages):
     assert doc["fetched_at"] and doc["fetched_at"].startswith("20")
     assert doc["mime"] == "text/html"
     stored = workspace.store.get_document(doc["id"])
-    assert stored["source_url"] == doc["source_url"] and stored["fetched_at"] == doc["fetched_at"]
+    assert stored.source_url == doc["source_url"] and stored.fetched_at == doc["fetched_at"]
 
     hits = workspace.search("How long do quinces keep on a cool shelf?")
     assert hits and hits[0].document_name == pages.base + "/article.html"
     assert "\u2018Storing the fruit\u2019" in hits[0].location  # "sections ‘…’ – ‘…’"
-    text = " ".join(c["content"] for c in workspace.store.document_chunks(doc["id"]))
+    text = " ".join(c.content for c in workspace.store.document_chunks(doc["id"]))
     for chrome in ("SCRIPT-TEXT", "MENU-TEXT", "FOOTER-TEXT"):
         assert chrome not in text
     assert "| Vranja | October |" in text  # the table stays a table
@@ -200,7 +200,7 @@ def test_refresh_replaces_a_changed_page_and_keeps_an_unchanged_one(workspace, p
     changed = last(list(workspace.refresh(doc["id"])))
     assert changed["type"] == "done" and not changed["duplicate"]
     assert changed["document"]["id"] == doc["id"]  # same document, new text
-    assert [d["id"] for d in workspace.documents()] == [doc["id"]]
+    assert [d.id for d in workspace.documents()] == [doc["id"]]
     hits = workspace.search("quince paste cores")
     assert hits and "Second edition" in hits[0].content
 

@@ -14,6 +14,7 @@ from marginalia_app import presentation as fmt
 from marginalia_app.ingest_view import watch
 from marginalia_app.inspector.common import Controls
 from marginalia_app.inspector.tables import Column, show_table
+from marginalia_core.store.records import Document
 from marginalia_core.workspace import Workspace
 
 PREVIEW_WORDS = 14  # words of a passage the preview shows before it is opened
@@ -27,39 +28,38 @@ PREVIEW_COLUMNS = (
 
 
 def show(ws: Workspace, c: Controls) -> None:
-    state, settings = st.session_state, ws.settings
+    state = st.session_state
     st.caption("Try other passage sizes on one document: see how it would split, then "
                "re-index it.")
-    by_id = {d["id"]: d for d in ws.documents()}
+    by_id = {d.id: d for d in ws.documents()}
     doc_id = st.selectbox(
         "Document", list(by_id),
-        format_func=lambda i: f"{by_id[i]['name']} ({by_id[i]['chunk_count']} passages)",
+        format_func=lambda i: f"{by_id[i].name} ({by_id[i].chunk_count} passages)",
         key="lab_document",
     )
     doc = by_id[doc_id]
     cols = st.columns([1, 1, 2], vertical_alignment="bottom")
     d_target = int(cols[0].number_input(
         "Passage size (characters)", min_value=100, max_value=20_000, step=100,
-        value=int(doc["chunk_target"] or settings.retrieval.chunk_target), key=f"lab-target-{doc_id}",
+        value=doc.chunk_target, key=f"lab-target-{doc_id}",
         help="Chunk TARGET",
     ))
     d_overlap = int(cols[1].number_input(
         "Overlap (characters)", min_value=0, max_value=10_000, step=50,
-        value=int(doc["chunk_overlap"] if doc["chunk_overlap"] is not None
-                  else settings.retrieval.chunk_overlap),
+        value=doc.chunk_overlap,
         key=f"lab-overlap-{doc_id}", help="Chunk OVERLAP",
     ))
     preview_ = ws.chunk_preview(doc_id, target=d_target, overlap=d_overlap)
     used_overlap = preview_.overlap
     cols[2].caption(
-        f"Now split into passages of {doc['chunk_target']} characters, overlap "
-        f"{doc['chunk_overlap']}."
+        f"Now split into passages of {doc.chunk_target} characters, overlap "
+        f"{doc.chunk_overlap}."
         + (f" An overlap above half the size is clamped to {used_overlap}."
            if used_overlap != d_overlap else "")
     )
     chunks, stats = preview_.chunks, preview_.stats
     m = st.columns(4)
-    m[0].metric("Passages", stats["count"], delta=stats["count"] - doc["chunk_count"] or None,
+    m[0].metric("Passages", stats["count"], delta=stats["count"] - doc.chunk_count or None,
                 delta_color="off")
     m[1].metric("Mean length", f"{stats['mean_len']:.0f}")
     m[2].metric("Shortest – longest", f"{stats['min_len']} – {stats['max_len']}")
@@ -86,7 +86,7 @@ def show(ws: Workspace, c: Controls) -> None:
             )
     with table_col:
         st.markdown("**Preview**")
-        rows = [{**r, "text": _passage(ch.text, doc["mime"])}
+        rows = [{**r, "text": _passage(ch.text, doc.mime)}
                 for r, ch in zip(preview.to_dict("records"), chunks, strict=True)]
         with st.container(height=PREVIEW_HEIGHT if len(rows) > PREVIEW_ROWS else "content",
                           key="lab_preview"):
@@ -104,16 +104,16 @@ def _passage(text: str, mime: str) -> str:
             f"{margin.terms_html(text, mime, [])}</details>")
 
 
-def _reindex(ws: Workspace, doc: dict, target: int, overlap: int, unchanged: bool) -> None:
+def _reindex(ws: Workspace, doc: Document, target: int, overlap: int, unchanged: bool) -> None:
     if st.button(
-        f"Re-index {fmt.escape_inline(doc['name'], 60)} with passage size {target}, "
+        f"Re-index {fmt.escape_inline(doc.name, 60)} with passage size {target}, "
         f"overlap {overlap}",
         type="primary", icon=":material/sync:", disabled=unchanged, key="lab_reindex",
         help="Already indexed with these settings" if unchanged else None,
     ):
-        outcome = watch(f"{doc['name']} (re-indexing)",
-                        ws.reindex(doc["id"], target=target, overlap=overlap), doc["name"])
+        outcome = watch(f"{doc.name} (re-indexing)",
+                        ws.reindex(doc.id, target=target, overlap=overlap), doc.name)
         if outcome.state == "indexed":
             st.session_state["lab_flash"] = (
-                f"{doc['name']} was re-indexed into {outcome.chunks} passages.")
+                f"{doc.name} was re-indexed into {outcome.chunks} passages.")
             st.rerun()

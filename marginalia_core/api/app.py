@@ -184,7 +184,7 @@ def create_app(
     def list_documents() -> list[dict[str, Any]]:
         """Indexed documents, newest first: id, name, size, chunkCount, created, pageCount,
         embedModel, and whether the active embedder can search them."""
-        return [events.to_wire({**d, "searchable": ws.is_searchable(d)})
+        return [events.to_wire({**d.to_dict(), "searchable": ws.is_searchable(d)})
                 for d in ws.documents()]
 
     @app.post(
@@ -257,13 +257,14 @@ def create_app(
     @app.get("/api/conversations", tags=["conversations"])
     def list_conversations() -> list[dict[str, Any]]:
         """Conversations, most recently updated first."""
-        return [events.to_wire(c) for c in ws.conversations()]
+        return [events.to_wire(c.to_dict()) for c in ws.conversations()]
 
     @app.get("/api/conversations/{conversation_id}", tags=["conversations"])
     def get_conversation(conversation_id: str) -> dict[str, Any]:
         """The conversation with its messages, oldest first, each answer with its Sources."""
         conversation = ws.conversation(conversation_id)
-        return events.to_wire({**conversation, "messages": ws.messages(conversation_id)})
+        return events.to_wire({**conversation.to_dict(),
+                              "messages": [m.to_dict() for m in ws.messages(conversation_id)]})
 
     @app.delete("/api/conversations/{conversation_id}", tags=["conversations"])
     def delete_conversation(conversation_id: str) -> dict[str, Any]:

@@ -90,11 +90,12 @@ def build_mcp_server(ws: Workspace) -> MCPServer:
     ))
     def list_documents() -> dict[str, Any]:
         keep = ("id", "name", "mime", "size", "page_count", "chunk_count", "created")
-        return {"documents": [
-            events.to_wire({**{k: d[k] for k in keep if k in d},
-                            "searchable": ws.is_searchable(d)})
-            for d in ws.documents()
-        ]}
+        listed = []
+        for d in ws.documents():
+            row = d.to_dict()
+            listed.append(events.to_wire({**{k: row[k] for k in keep},
+                                          "searchable": ws.is_searchable(d)}))
+        return {"documents": listed}
 
     @server.tool(description=(
         "Read one passage in full by its chunkId (from search or ask). Returns {chunkId, "

@@ -52,12 +52,13 @@ from marginalia_core.providers.answerers.prompting import (
 )
 from marginalia_core.retrieval.retriever import Retriever
 from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.records import ANSWER_COMPLETE, ANSWER_STOPPED, Message
 from marginalia_core.store.rows import KEEP, Keep, new_id
 
 log = logging.getLogger(__name__)
 
 HISTORY = 10  # messages sent as user/model turns
-COMPLETE, STOPPED = "complete", "stopped"  # a saved answer's status
+COMPLETE, STOPPED = ANSWER_COMPLETE, ANSWER_STOPPED  # a saved answer's status
 TITLE_CHARS = 64
 MAX_QUESTION_CHARS = 8_000
 ID_RE = re.compile(r"^[0-9a-f]{32}$")  # the shape of store.new_id()
@@ -72,13 +73,13 @@ def make_title(question: str) -> str:
     return " ".join(question.split())[:TITLE_CHARS]
 
 
-def history_turn(message: dict[str, Any]) -> HistoryTurn:
+def history_turn(message: Message) -> HistoryTurn:
     """A stored message as a history turn. An earlier answer's ``[n]`` marks numbered *its*
     sources, not this question's, so they are removed rather than left to be misread."""
-    content = message["content"]
-    if message["role"] == "assistant":
-        content = re.sub(r"[ \t]+([.,;:!?])", r"\1", MARK_RE.sub("", content))
-    return HistoryTurn(role=message["role"], content=content)
+    if message.role == "assistant":
+        content = re.sub(r"[ \t]+([.,;:!?])", r"\1", MARK_RE.sub("", message.content))
+        return HistoryTurn(role="assistant", content=content)
+    return HistoryTurn(role="user", content=message.content)
 
 
 class ChatEngine:
@@ -256,9 +257,9 @@ class ChatEngine:
         messages = self.store.messages(conversation_id, limit=HISTORY)
         return (
             conversation_id,
-            conversation["title"],
+            conversation.title,
             [history_turn(m) for m in messages],
-            conversation["documents"],
+            conversation.documents,
         )
 
     def _finish(
@@ -289,7 +290,7 @@ class ChatEngine:
             )
             return
         yield events.done(
-            message_id=message["id"],
+            message_id=message.id,
             conversation_id=conversation_id,
             citations=valid,
             invalid_citations=invalid,

@@ -15,6 +15,7 @@ from typing import Any
 
 from marginalia_core.citations import find_marks
 from marginalia_core.ingest import formats
+from marginalia_core.store.records import ANSWER_STOPPED, Conversation, Message
 
 FILENAME_CHARS = 60
 _MD_SPECIAL_RE = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~])")
@@ -63,34 +64,34 @@ def _cited_in_order(answer: str, numbers: Sequence[int]) -> list[int]:
 
 
 def conversation_markdown(
-    conversation: dict[str, Any], messages: Sequence[dict[str, Any]], *, now: str | None = None
+    conversation: Conversation, messages: Sequence[Message], *, now: str | None = None
 ) -> str:
     """The whole conversation as Markdown, oldest message first."""
-    title = _one_line(conversation.get("title") or "Untitled conversation")
+    title = _one_line(conversation.title or "Untitled conversation")
     exported = _when(now or datetime.now(UTC).isoformat())
     lines = [
         f"# {_literal(title)}",
         "",
-        f"Started {_when(conversation.get('created'))} · last message "
-        f"{_when(conversation.get('updated'))} · exported from Marginalia {exported}",
+        f"Started {_when(conversation.created)} · last message "
+        f"{_when(conversation.updated)} · exported from Marginalia {exported}",
     ]
     turn = 0
     for message in messages:
-        if message["role"] == "user":
+        if message.role == "user":
             turn += 1
-            lines += ["", f"## {turn}. {_literal(_one_line(message['content']))}", ""]
+            lines += ["", f"## {turn}. {_literal(_one_line(message.content))}", ""]
             continue
         # the answer keeps its own formatting, but never becomes HTML in a viewer
-        lines += ["", message["content"].strip().replace("<", "\\<"), ""]
-        if message.get("status") == "stopped":
+        lines += ["", message.content.strip().replace("<", "\\<"), ""]
+        if message.status == ANSWER_STOPPED:
             lines += ["_Stopped by the reader: the answer ends here._", ""]
-        sources = message.get("sources") or []
+        sources = message.sources
         if not sources:
             lines += ["_No passage was cited for this answer._"]
             continue
         by_n = {int(s["n"]): s for s in sources}
         lines += ["**Cited passages**", ""]
-        for n in _cited_in_order(message["content"], list(by_n)):
+        for n in _cited_in_order(message.content, list(by_n)):
             source = by_n[n]
             where = " · ".join(
                 p for p in (_literal(_one_line(source.get("document_name", ""))), _pages(source))
@@ -101,7 +102,7 @@ def conversation_markdown(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def export_filename(conversation: dict[str, Any]) -> str:
+def export_filename(conversation: Conversation) -> str:
     """A safe file name from the title: "what-did-fermat-write.md"."""
-    slug = re.sub(r"[^a-z0-9]+", "-", _one_line(conversation.get("title") or "").lower()).strip("-")
+    slug = re.sub(r"[^a-z0-9]+", "-", _one_line(conversation.title).lower()).strip("-")
     return f"{(slug[:FILENAME_CHARS].rstrip('-') or 'conversation')}.md"

@@ -31,6 +31,7 @@ from marginalia_core.ingest.relay import Relay
 from marginalia_core.providers.embeddings.base import Embedder
 from marginalia_core.store.base import LibraryStore
 from marginalia_core.store.fingerprint import fingerprint
+from marginalia_core.store.records import Document
 
 log = logging.getLogger(__name__)
 
@@ -273,8 +274,8 @@ def _index_text(
     early: _EarlyEmbeddings | None = None,
     units: Sequence[Unit] = (),
     **document: Any,
-) -> Generator[events.IngestEvent, None, dict[str, Any]]:
-    """chunk -> embed -> store, yielding stage events; returns the stored document row.
+) -> Generator[events.IngestEvent, None, Document]:
+    """chunk -> embed -> store, yielding stage events; returns the stored document.
 
     Only texts the embedding cache lacks are embedded. ``early`` is embedding chunks of the
     text while it was read: it is waited for, and only the chunks it did not embed are embedded
@@ -372,19 +373,19 @@ def ingest_bytes(
         digest = content_hash(data)
         existing = store.find_by_hash(digest)
         replace_id = replacing
-        if existing and replacing and existing["id"] == replacing and source_url:
-            yield events.done(document=existing, duplicate=True, file=name,
+        if existing and replacing and existing.id == replacing and source_url:
+            yield events.done(document=existing.to_dict(), duplicate=True, file=name,
                               message=f"{name} has not changed since it was added.")
             return
         if existing:
-            if (existing["embed_model"], existing["embed_dim"]) == (
+            if (existing.embed_model, existing.embed_dim) == (
                 embedder.model,
                 embedder.dimension,
             ):
-                yield events.done(document=existing, duplicate=True, file=name,
-                                  message=f"{name} is already indexed as {existing['name']}.")
+                yield events.done(document=existing.to_dict(), duplicate=True, file=name,
+                                  message=f"{name} is already indexed as {existing.name}.")
                 return
-            replace_id = existing["id"]  # indexed by another embedder: re-index in place
+            replace_id = existing.id  # indexed by another embedder: re-index in place
         early = (_EarlyEmbeddings(embedder, EmbeddingCache(store, embedder.key),
                                   settings.retrieval.chunk_target,
                                   settings.retrieval.chunk_overlap)
@@ -425,7 +426,7 @@ def ingest_bytes(
         finally:
             if early is not None:  # a refusal, a cancel or a closed stream: stop its thread
                 early.abandon()
-        yield events.done(document=doc, duplicate=False, file=name)
+        yield events.done(document=doc.to_dict(), duplicate=False, file=name)
     except NearDuplicateError as exc:
         yield events.error(exc.message, exc.reason, file=name, existing_id=exc.existing_id,
                            existing_name=exc.existing_name)
@@ -451,13 +452,13 @@ def _near_duplicate(
         return None
     existing, share = found[0]
     if settings.on_duplicate == "replace":
-        return str(existing["id"])
+        return existing.id
     what = ("has the same text as" if share >= 1.0
             else f"shares {share:.0%} of its passages with")
     raise NearDuplicateError(
-        f"{name} {what} {existing['name']}, which is already indexed. Replace "
-        f"{existing['name']} with it, or keep the one you have (nothing was saved).",
-        existing_id=str(existing["id"]), existing_name=str(existing["name"]),
+        f"{name} {what} {existing.name}, which is already indexed. Replace "
+        f"{existing.name} with it, or keep the one you have (nothing was saved).",
+        existing_id=existing.id, existing_name=existing.name,
     )
 
 
@@ -559,14 +560,13 @@ def reindex_document(
     in one transaction. Without ``target``/``overlap`` it keeps its own chunking."""
     try:
         doc = store.get_document(document_id)
-        name = doc["name"]
+        name = doc.name
         text, page_starts = store.document_source(document_id)
         original = store.document_file(document_id)  # replaced with the document: carry it over
         # unless told otherwise, a document keeps the chunking it was indexed with
-        target = target or doc.get("chunk_target") or settings.retrieval.chunk_target
+        target = target or doc.chunk_target or settings.retrieval.chunk_target
         if overlap is None:
-            kept = doc.get("chunk_overlap")
-            overlap = settings.retrieval.chunk_overlap if kept is None else kept
+            overlap = doc.chunk_overlap
         new = yield from _index_text(
             store,
             embedder,
@@ -575,20 +575,20 @@ def reindex_document(
             page_starts=page_starts,
             target=target,
             overlap=overlap,
-            mime=doc["mime"],
-            size=doc["size"],
-            content_hash=doc["content_hash"],
-            page_count=doc["page_count"],
+            mime=doc.mime,
+            size=doc.size,
+            content_hash=doc.content_hash,
+            page_count=doc.page_count,
             replace_id=document_id,
             document_id=document_id,
             original=original,
-            ocr_pages=doc.get("ocr_pages") or (),
-            parse_health=doc.get("parse_health") or {},
-            units=formats.decode_units(doc.get("locations"), doc["page_count"]),
-            source_url=doc.get("source_url"),
-            fetched_at=doc.get("fetched_at"),
+            ocr_pages=doc.ocr_pages,
+            parse_health=doc.parse_health,
+            units=formats.decode_units(doc.locations, doc.page_count),
+            source_url=doc.source_url,
+            fetched_at=doc.fetched_at,
         )
-        yield events.done(document=new, duplicate=False, file=name, reindexed=True)
+        yield events.done(document=new.to_dict(), duplicate=False, file=name, reindexed=True)
     except MarginaliaError as exc:
         yield events.error(exc.message, exc.reason, document_id=document_id)
     except Exception as exc:
@@ -642,11 +642,11 @@ def refresh_document(
     except MarginaliaError as exc:
         yield events.error(exc.message, exc.reason, document_id=document_id)
         return
-    if not doc.get("source_url"):
-        yield events.error(f"{doc['name']} was not added from a web address; there is nothing "
+    if not doc.source_url:
+        yield events.error(f"{doc.name} was not added from a web address; there is nothing "
                            "to refresh.", "invalid_input", document_id=document_id)
         return
-    yield from ingest_url(store, embedder, settings, doc["source_url"], replace_id=document_id)
+    yield from ingest_url(store, embedder, settings, doc.source_url, replace_id=document_id)
 
 
 def safe_url_name(url: str) -> str:

@@ -32,6 +32,7 @@ from marginalia_core.retrieval.vector_index import (
     top_k,
 )
 from marginalia_core.store.base import LibraryStore
+from marginalia_core.store.records import Document
 
 EXCERPT_CHARS = 280
 # Hybrid mode keeps this many chunks that contain *every* query term even when their cosine is
@@ -268,11 +269,11 @@ class Retriever:
             if not self._is_active(*key)
         }
 
-    def is_searchable(self, document: dict) -> bool:
+    def is_searchable(self, document: Document) -> bool:
         """Indexed by the active embedder, so it takes part in search."""
-        return self._is_active(document["embed_model"], document["embed_dim"])
+        return self._is_active(document.embed_model, document.embed_dim)
 
-    def stale_documents(self) -> list[dict]:
+    def stale_documents(self) -> list[Document]:
         """Documents indexed by another embedder: the ones a re-index would bring back."""
         return [d for d in self.store.list_documents() if not self.is_searchable(d)]
 

@@ -40,6 +40,13 @@ from marginalia_core.store.fingerprint import (
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import DOCUMENT_SOURCE_STATEMENTS, run_statements
+from marginalia_core.store.records import (
+    Conversation,
+    ConversationSummary,
+    Document,
+    Message,
+    StoredChunk,
+)
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -353,13 +360,6 @@ def p007_message_status(conn: psycopg.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
 
 
-def _document(row: dict[str, Any]) -> dict[str, Any]:
-    """A documents row with ``ocr_pages`` decoded to its list of page numbers."""
-    row["ocr_pages"] = json.loads(row.get("ocr_pages") or "[]")
-    row["parse_health"] = json.loads(row.get("parse_health") or "{}")
-    return row
-
-
 def migrate_pg(conn: psycopg.Connection) -> list[str]:
     """Apply pending migrations in one transaction under an advisory lock; returns the names
     applied. A second process waits for the lock, then finds nothing pending."""
@@ -573,11 +573,11 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     # -- documents ---------------------------------------------------------------------------
 
-    def find_by_hash(self, content_hash: str) -> dict[str, Any] | None:
+    def find_by_hash(self, content_hash: str) -> Document | None:
         rows = self._dicts(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE content_hash = %s", (content_hash,)
         )
-        return _document(rows[0]) if rows else None
+        return Document.from_row(rows[0]) if rows else None
 
     def add_document(
         self,
@@ -603,7 +603,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         source_url: str | None = None,
         fetched_at: str | None = None,
         parse_health: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Document:
         """Write a document and every chunk with its vector in one transaction (``replace_id``
         is deleted in the same one, so readers see the old version or the new, never neither;
         ``original`` keeps the file's bytes, for page views; ``ocr_pages`` the pages read by
@@ -612,25 +612,25 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             raise ValueError("every chunk needs exactly one embedding")
         if len(chunks) and embeddings.shape[1] != embed_dim:
             raise ValueError("embedding dimension does not match the embedder")
-        doc = {
-            "id": document_id or new_id(),
-            "name": name,
-            "mime": mime,
-            "size": int(size),
-            "chunk_count": len(chunks),
-            "page_count": int(page_count),
-            "content_hash": content_hash,
-            "embed_model": embed_model,
-            "embed_dim": int(embed_dim),
-            "chunk_target": int(chunk_target),
-            "chunk_overlap": int(chunk_overlap),
-            "created": now_iso(),
-            "ocr_pages": [int(p) for p in ocr_pages],
-            "locations": locations,
-            "source_url": source_url,
-            "fetched_at": fetched_at,
-            "parse_health": dict(parse_health or {}),
-        }
+        doc = Document(
+            id=document_id or new_id(),
+            name=name,
+            mime=mime,
+            size=int(size),
+            chunk_count=len(chunks),
+            page_count=int(page_count),
+            content_hash=content_hash,
+            embed_model=embed_model,
+            embed_dim=int(embed_dim),
+            chunk_target=int(chunk_target),
+            chunk_overlap=int(chunk_overlap),
+            created=now_iso(),
+            ocr_pages=[int(p) for p in ocr_pages],
+            locations=locations,
+            source_url=source_url,
+            fetched_at=fetched_at,
+            parse_health=dict(parse_health or {}),
+        )
         print_ = fingerprint(text)
         key = embedder_key(embed_model, embed_dim)
         vectors = np.asarray(embeddings, dtype=VECTOR_DTYPE).reshape(len(chunks), int(embed_dim))
@@ -652,25 +652,25 @@ class PostgresStore(JobTable, LibrarySettingsTable):
                 "%(chunk_overlap)s, %(created)s, %(ocr_pages)s, %(locations)s, %(source_url)s, "
                 "%(fetched_at)s, %(parse_health)s, %(text)s, %(page_starts)s, %(text_hash)s, "
                 "%(units)s)",
-                {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
-                 "ocr_pages": json.dumps(doc["ocr_pages"]),
-                 "parse_health": json.dumps(doc["parse_health"]),
+                {**doc.to_dict(), "text": text, "page_starts": json.dumps(list(page_starts)),
+                 "ocr_pages": json.dumps(doc.ocr_pages),
+                 "parse_health": json.dumps(doc.parse_health),
                  "text_hash": print_.text_hash, "units": len(print_.units)},
             )
             with raw.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO document_fingerprints (document_id, unit_hash) VALUES (%s, %s)",
-                    [(doc["id"], u) for u in print_.units],
+                    [(doc.id, u) for u in print_.units],
                 )
             if original is not None:
                 raw.execute(
                     "INSERT INTO document_files (document_id, data) VALUES (%s, %s)",
-                    (doc["id"], bytes(original)),
+                    (doc.id, bytes(original)),
                 )
             self._copy_chunks(
                 raw,
                 (
-                    (doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
+                    (doc.id, c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
                      getattr(c, "location", ""), key, vectors[i])
                     for i, c in enumerate(chunks)
                 ),
@@ -721,7 +721,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     def near_duplicates(
         self, print_: Fingerprint, *, exclude: str | None = None
-    ) -> list[tuple[dict[str, Any], float]]:
+    ) -> list[tuple[Document, float]]:
         """As ``sqlite.Store.near_duplicates``."""
         raw = self.raw
         found: dict[str, float] = {
@@ -743,15 +743,15 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         ranked = sorted(found.items(), key=lambda kv: -kv[1])
         return [(self.get_document(doc_id), share) for doc_id, share in ranked]
 
-    def list_documents(self) -> list[dict[str, Any]]:
+    def list_documents(self) -> list[Document]:
         rows = self._dicts(f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC")
-        return [_document(r) for r in rows]
+        return [Document.from_row(r) for r in rows]
 
-    def get_document(self, document_id: str) -> dict[str, Any]:
+    def get_document(self, document_id: str) -> Document:
         rows = self._dicts(f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = %s", (document_id,))
         if not rows:
             raise NotFoundError(f"No document with id {document_id!r}.")
-        return _document(rows[0])
+        return Document.from_row(rows[0])
 
     def delete_document(self, document_id: str) -> bool:
         raw = self.raw
@@ -981,12 +981,13 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         """0: no sidecar index file is trusted for a server database (``path`` is ":memory:")."""
         return 0
 
-    def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
-        return self._dicts(
+    def document_chunks(self, document_id: str) -> list[StoredChunk]:
+        rows = self._dicts(
             'SELECT id, idx, content, start, "end", page_start, page_end, location FROM chunks '
             "WHERE document_id = %s ORDER BY idx",
             (document_id,),
         )
+        return [StoredChunk.from_row(r) for r in rows]
 
     def integrity_report(self) -> dict[str, Any]:
         """What crash-safety checks look at (PostgreSQL's WAL guarantees the pages themselves)."""
@@ -1098,24 +1099,25 @@ class PostgresStore(JobTable, LibrarySettingsTable):
 
     # -- conversations -----------------------------------------------------------------------
 
-    def create_conversation(self, title: str) -> dict[str, Any]:
+    def create_conversation(self, title: str) -> Conversation:
         stamp = now_iso()
-        conv = {"id": new_id(), "title": title, "created": stamp, "updated": stamp}
+        conv = Conversation(id=new_id(), title=title, created=stamp, updated=stamp)
         self.raw.execute(
             "INSERT INTO conversations (id, title, created, updated) "
             "VALUES (%(id)s, %(title)s, %(created)s, %(updated)s)",
-            conv,
+            conv.to_dict(),
         )
         return conv
 
-    def list_conversations(self) -> list[dict[str, Any]]:
-        return self._dicts(
+    def list_conversations(self) -> list[ConversationSummary]:
+        rows = self._dicts(
             "SELECT c.id, c.title, c.created, c.updated, "
             "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count "
             "FROM conversations c ORDER BY c.updated DESC, c.created DESC"
         )
+        return [ConversationSummary.from_row(r) for r in rows]
 
-    def get_conversation(self, conversation_id: str) -> dict[str, Any]:
+    def get_conversation(self, conversation_id: str) -> Conversation:
         """The conversation with ``documents``: the ids it is limited to, or None for all
         (documents deleted since are left out; None when every chosen one is gone)."""
         rows = self._dicts(
@@ -1124,11 +1126,10 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         )
         if not rows:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
-        conv = rows[0]
-        wanted = [str(i) for i in json.loads(conv["documents"] or "[]")]
+        wanted = [str(i) for i in json.loads(rows[0]["documents"] or "[]")]
         gone = set(self.missing_documents(wanted))
-        conv["documents"] = [i for i in wanted if i not in gone] or None
-        return conv
+        return Conversation.from_row(
+            {**rows[0], "documents": [i for i in wanted if i not in gone] or None})
 
     def set_conversation_documents(
         self, conversation_id: str, document_ids: Sequence[str] | None
@@ -1141,7 +1142,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         if not n:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
 
-    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+    def rename_conversation(self, conversation_id: str, title: str) -> Conversation:
         """Give a conversation a new title (its order in the list does not change)."""
         n = self.raw.execute(
             "UPDATE conversations SET title = %s WHERE id = %s", (title, conversation_id)
@@ -1150,7 +1151,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
         return self.get_conversation(conversation_id)
 
-    def search_conversations(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+    def search_conversations(self, text: str, limit: int = 50) -> list[ConversationSummary]:
         """Conversations whose title or any message contains ``text`` (case-insensitive), most
         recently updated first, each with ``matched``: the first matching message text, or ""
         when only the title matched."""
@@ -1165,7 +1166,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             "ORDER BY c.updated DESC, c.created DESC LIMIT %(limit)s",
             {"p": pattern, "limit": int(limit)},
         )
-        return [{**r, "matched": r["matched"] or ""} for r in rows]
+        return [ConversationSummary.from_row(r) for r in rows]
 
     def delete_conversation(self, conversation_id: str) -> bool:
         n = self.raw.execute(
@@ -1179,7 +1180,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         role: str,
         content: str,
         sources: Sequence[dict[str, Any]] = (),
-    ) -> dict[str, Any]:
+    ) -> Message:
         raw = self.raw
         with raw.transaction():
             return self._insert_message(conversation_id, role, content, sources)
@@ -1196,7 +1197,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         documents: Sequence[str] | None | Keep = KEEP,
         support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    ) -> tuple[Message, Message]:
         """A question with its complete (or stopped: ``status``) answer (creating the
         conversation if new), one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
@@ -1232,35 +1233,31 @@ class PostgresStore(JobTable, LibrarySettingsTable):
         query: str | None = None,
         support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
-    ) -> dict[str, Any]:
+    ) -> Message:
         """Insert a message inside an open ``write()`` transaction and touch its conversation.
         ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         raw = self.raw
         stamp = now_iso()
-        msg = {
-            "id": new_id(),
-            "conversation_id": conversation_id,
-            "role": role,
-            "content": content,
-            "sources": json.dumps(list(sources), ensure_ascii=False),
-            "created": stamp,
-            "query": query,
-            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
-            "status": status,
-        }
+        msg = Message(
+            id=new_id(), conversation_id=conversation_id, role=role, content=content,
+            sources=list(sources), created=stamp, query=query,
+            support=None if support is None else list(support), status=status,
+        )
+        row = {**msg.to_dict(), "sources": json.dumps(msg.sources, ensure_ascii=False),
+               "support": None if msg.support is None
+               else json.dumps(msg.support, ensure_ascii=False)}
         raw.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
             "support, status) VALUES (%(id)s, %(conversation_id)s, %(role)s, %(content)s, %(sources)s, "
             "%(created)s, %(query)s, %(support)s, %(status)s)",
-            msg,
+            row,
         )
         raw.execute(
             "UPDATE conversations SET updated = %s WHERE id = %s", (stamp, conversation_id)
         )
-        return {**msg, "sources": list(sources),
-                "support": None if support is None else list(support)}
+        return msg
 
-    def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[Message]:
         query = (
             "SELECT id, conversation_id, role, content, sources, created, query, support, status "
             "FROM messages "
@@ -1271,12 +1268,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
             query += " LIMIT %s"
             params.append(int(limit))
         rows = self._dicts(query, params)
-        out = []
-        for item in reversed(rows):
-            item["sources"] = json.loads(item["sources"] or "[]")
-            item["support"] = None if item["support"] is None else json.loads(item["support"])
-            out.append(item)
-        return out
+        return [Message.from_row(r) for r in reversed(rows)]
 
 
 # --- copying a SQLite library in ------------------------------------------------------------

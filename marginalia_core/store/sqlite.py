@@ -31,6 +31,13 @@ from marginalia_core.store.fts import SqliteLexical
 from marginalia_core.store.job_table import JobTable
 from marginalia_core.store.library_settings import LibrarySettingsTable
 from marginalia_core.store.migrations import migrate
+from marginalia_core.store.records import (
+    Conversation,
+    ConversationSummary,
+    Document,
+    Message,
+    StoredChunk,
+)
 from marginalia_core.store.rows import (
     DOCUMENT_COLUMNS,
     KEEP,
@@ -46,14 +53,6 @@ from marginalia_core.store.rows import (
 BUSY_TIMEOUT_MS = 30_000
 LOAD_PAGE_ROWS = 4096
 CACHE_LOOKUP_ROWS = 500  # text hashes per embedding-cache query
-
-
-def _document(row: sqlite3.Row) -> dict[str, Any]:
-    """A documents row as a dict; ``ocr_pages`` decoded to its list of page numbers."""
-    doc = dict(row)
-    doc["ocr_pages"] = json.loads(doc.get("ocr_pages") or "[]")
-    doc["parse_health"] = json.loads(doc.get("parse_health") or "{}")
-    return doc
 
 
 class Store(JobTable, LibrarySettingsTable):
@@ -149,11 +148,11 @@ class Store(JobTable, LibrarySettingsTable):
 
     # -- documents ---------------------------------------------------------------------------
 
-    def find_by_hash(self, content_hash: str) -> dict[str, Any] | None:
+    def find_by_hash(self, content_hash: str) -> Document | None:
         row = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE content_hash = ?", (content_hash,)
         ).fetchone()
-        return _document(row) if row else None
+        return Document.from_row(row) if row else None
 
     def add_document(
         self,
@@ -179,7 +178,7 @@ class Store(JobTable, LibrarySettingsTable):
         source_url: str | None = None,
         fetched_at: str | None = None,
         parse_health: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Document:
         """Write a document and every chunk with its vector in one transaction.
 
         Its fingerprint (``store.fingerprint``) goes with it, for near-duplicate checks;
@@ -194,29 +193,29 @@ class Store(JobTable, LibrarySettingsTable):
             raise ValueError("every chunk needs exactly one embedding")
         if len(chunks) and embeddings.shape[1] != embed_dim:
             raise ValueError("embedding dimension does not match the embedder")
-        doc = {
-            "id": document_id or new_id(),
-            "name": name,
-            "mime": mime,
-            "size": int(size),
-            "chunk_count": len(chunks),
-            "page_count": int(page_count),
-            "content_hash": content_hash,
-            "embed_model": embed_model,
-            "embed_dim": int(embed_dim),
-            "chunk_target": int(chunk_target),
-            "chunk_overlap": int(chunk_overlap),
-            "created": now_iso(),
-            "ocr_pages": [int(p) for p in ocr_pages],
-            "locations": locations,
-            "source_url": source_url,
-            "fetched_at": fetched_at,
-            "parse_health": dict(parse_health or {}),
-        }
+        doc = Document(
+            id=document_id or new_id(),
+            name=name,
+            mime=mime,
+            size=int(size),
+            chunk_count=len(chunks),
+            page_count=int(page_count),
+            content_hash=content_hash,
+            embed_model=embed_model,
+            embed_dim=int(embed_dim),
+            chunk_target=int(chunk_target),
+            chunk_overlap=int(chunk_overlap),
+            created=now_iso(),
+            ocr_pages=[int(p) for p in ocr_pages],
+            locations=locations,
+            source_url=source_url,
+            fetched_at=fetched_at,
+            parse_health=dict(parse_health or {}),
+        )
         print_ = fingerprint(text)
         rows = [
             (
-                doc["id"], c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
+                doc.id, c.idx, c.text, c.start, c.end, c.page_start, c.page_end,
                 getattr(c, "location", ""), vector_to_blob(embeddings[i]),
             )
             for i, c in enumerate(chunks)
@@ -233,14 +232,14 @@ class Store(JobTable, LibrarySettingsTable):
                 ":embed_model, :embed_dim, :chunk_target, :chunk_overlap, :created, "
                 ":ocr_pages, :locations, :source_url, :fetched_at, :parse_health, :text, "
                 ":page_starts, :text_hash, :units)",
-                {**doc, "text": text, "page_starts": json.dumps(list(page_starts)),
-                 "ocr_pages": json.dumps(doc["ocr_pages"]),
-                 "parse_health": json.dumps(doc["parse_health"]),
+                {**doc.to_dict(), "text": text, "page_starts": json.dumps(list(page_starts)),
+                 "ocr_pages": json.dumps(doc.ocr_pages),
+                 "parse_health": json.dumps(doc.parse_health),
                  "text_hash": print_.text_hash, "units": len(print_.units)},
             )
             conn.executemany(
                 "INSERT INTO document_fingerprints (document_id, unit_hash) VALUES (?, ?)",
-                [(doc["id"], u) for u in print_.units],
+                [(doc.id, u) for u in print_.units],
             )
             conn.executemany(
                 'INSERT INTO chunks (document_id, idx, content, start, "end", page_start, '
@@ -250,14 +249,14 @@ class Store(JobTable, LibrarySettingsTable):
             if original is not None:
                 conn.execute(
                     "INSERT INTO document_files (document_id, data) VALUES (?, ?)",
-                    (doc["id"], bytes(original)),
+                    (doc.id, bytes(original)),
                 )
             self._bump_generation(conn, deleted=replaced)
         return doc
 
     def near_duplicates(
         self, print_: Fingerprint, *, exclude: str | None = None
-    ) -> list[tuple[dict[str, Any], float]]:
+    ) -> list[tuple[Document, float]]:
         """Documents whose text is the same as ``print_``'s after normalisation (share 1.0) or
         that share at least ``NEAR_DUPLICATE_SHARE`` of the passages, best first."""
         found: dict[str, float] = {
@@ -279,19 +278,19 @@ class Store(JobTable, LibrarySettingsTable):
         ranked = sorted(found.items(), key=lambda kv: -kv[1])
         return [(self.get_document(doc_id), share) for doc_id, share in ranked]
 
-    def list_documents(self) -> list[dict[str, Any]]:
+    def list_documents(self) -> list[Document]:
         rows = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents ORDER BY created DESC"
         ).fetchall()
-        return [_document(r) for r in rows]
+        return [Document.from_row(r) for r in rows]
 
-    def get_document(self, document_id: str) -> dict[str, Any]:
+    def get_document(self, document_id: str) -> Document:
         row = self.conn.execute(
             f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = ?", (document_id,)
         ).fetchone()
         if row is None:
             raise NotFoundError(f"No document with id {document_id!r}.")
-        return _document(row)
+        return Document.from_row(row)
 
     def delete_document(self, document_id: str) -> bool:
         """Delete a document; its chunks go with it (ON DELETE CASCADE)."""
@@ -467,13 +466,13 @@ class Store(JobTable, LibrarySettingsTable):
                 out[row["id"]] = row
         return out
 
-    def document_chunks(self, document_id: str) -> list[dict[str, Any]]:
+    def document_chunks(self, document_id: str) -> list[StoredChunk]:
         rows = self.conn.execute(
             'SELECT id, idx, content, start, "end", page_start, page_end, location FROM chunks '
             "WHERE document_id = ? ORDER BY idx",
             (document_id,),
         ).fetchall()
-        return [dict(r) for r in rows]
+        return [StoredChunk.from_row(r) for r in rows]
 
     def integrity_report(self) -> dict[str, Any]:
         """What crash-safety checks look at: integrity, and documents whose chunks don't add up."""
@@ -557,26 +556,26 @@ class Store(JobTable, LibrarySettingsTable):
 
     # -- conversations -----------------------------------------------------------------------
 
-    def create_conversation(self, title: str) -> dict[str, Any]:
+    def create_conversation(self, title: str) -> Conversation:
         stamp = now_iso()
-        conv = {"id": new_id(), "title": title, "created": stamp, "updated": stamp}
+        conv = Conversation(id=new_id(), title=title, created=stamp, updated=stamp)
         with self.write() as conn:
             conn.execute(
                 "INSERT INTO conversations (id, title, created, updated) "
                 "VALUES (:id, :title, :created, :updated)",
-                conv,
+                conv.to_dict(),
             )
         return conv
 
-    def list_conversations(self) -> list[dict[str, Any]]:
+    def list_conversations(self) -> list[ConversationSummary]:
         rows = self.conn.execute(
             "SELECT c.id, c.title, c.created, c.updated, "
             "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count "
             "FROM conversations c ORDER BY c.updated DESC, c.created DESC"
         ).fetchall()
-        return [dict(r) for r in rows]
+        return [ConversationSummary.from_row(dict(r)) for r in rows]
 
-    def get_conversation(self, conversation_id: str) -> dict[str, Any]:
+    def get_conversation(self, conversation_id: str) -> Conversation:
         """The conversation with ``documents``: the ids it is limited to, or None for all."""
         row = self.conn.execute(
             "SELECT id, title, created, updated, documents FROM conversations WHERE id = ?",
@@ -584,9 +583,8 @@ class Store(JobTable, LibrarySettingsTable):
         ).fetchone()
         if row is None:
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
-        conv = dict(row)
-        conv["documents"] = self._existing_documents(conv["documents"])
-        return conv
+        return Conversation.from_row(
+            {**dict(row), "documents": self._existing_documents(row["documents"])})
 
     def _existing_documents(self, raw: str | None) -> list[str] | None:
         """A stored document scope without the documents deleted since; None (all documents)
@@ -638,7 +636,7 @@ class Store(JobTable, LibrarySettingsTable):
         )
         return [int(r[0]) for r in rows]
 
-    def rename_conversation(self, conversation_id: str, title: str) -> dict[str, Any]:
+    def rename_conversation(self, conversation_id: str, title: str) -> Conversation:
         """Give a conversation a new title (its order in the list does not change)."""
         with self.write() as conn:
             cur = conn.execute(
@@ -648,7 +646,7 @@ class Store(JobTable, LibrarySettingsTable):
             raise NotFoundError(f"No conversation with id {conversation_id!r}.")
         return self.get_conversation(conversation_id)
 
-    def search_conversations(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+    def search_conversations(self, text: str, limit: int = 50) -> list[ConversationSummary]:
         """Conversations whose title or any message contains ``text`` (case-insensitive for
         ASCII), most recently updated first, each with ``matched``: the first matching message
         text, or "" when only the title matched."""
@@ -664,7 +662,7 @@ class Store(JobTable, LibrarySettingsTable):
             "ORDER BY c.updated DESC, c.created DESC LIMIT :limit",
             {"p": pattern, "limit": int(limit)},
         ).fetchall()
-        return [{**dict(r), "matched": r["matched"] or ""} for r in rows]
+        return [ConversationSummary.from_row(dict(r)) for r in rows]
 
     def delete_conversation(self, conversation_id: str) -> bool:
         with self.write() as conn:
@@ -677,7 +675,7 @@ class Store(JobTable, LibrarySettingsTable):
         role: str,
         content: str,
         sources: Sequence[dict[str, Any]] = (),
-    ) -> dict[str, Any]:
+    ) -> Message:
         with self.write():
             return self._insert_message(conversation_id, role, content, sources)
 
@@ -693,7 +691,7 @@ class Store(JobTable, LibrarySettingsTable):
         documents: Sequence[str] | None | Keep = KEEP,
         support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    ) -> tuple[Message, Message]:
         """Save a question with its complete (or stopped: ``status``) answer (creating the
         conversation if new) in one
         transaction, so a failed or interrupted answer leaves no trace. ``query`` is what was
@@ -728,33 +726,29 @@ class Store(JobTable, LibrarySettingsTable):
         query: str | None = None,
         support: Sequence[dict[str, Any]] | None = None,
         status: str = "complete",
-    ) -> dict[str, Any]:
+    ) -> Message:
         """Insert a message inside an open ``write()`` transaction and touch its conversation.
         ``support``: an answer's per-sentence citation check (chat.support), None when unchecked."""
         stamp = now_iso()
-        msg = {
-            "id": new_id(),
-            "conversation_id": conversation_id,
-            "role": role,
-            "content": content,
-            "sources": json.dumps(list(sources), ensure_ascii=False),
-            "created": stamp,
-            "query": query,
-            "support": None if support is None else json.dumps(list(support), ensure_ascii=False),
-            "status": status,
-        }
+        msg = Message(
+            id=new_id(), conversation_id=conversation_id, role=role, content=content,
+            sources=list(sources), created=stamp, query=query,
+            support=None if support is None else list(support), status=status,
+        )
+        row = {**msg.to_dict(), "sources": json.dumps(msg.sources, ensure_ascii=False),
+               "support": None if msg.support is None
+               else json.dumps(msg.support, ensure_ascii=False)}
         conn = self.conn
         conn.execute(
             "INSERT INTO messages (id, conversation_id, role, content, sources, created, query, "
             "support, status) VALUES (:id, :conversation_id, :role, :content, :sources, "
             ":created, :query, :support, :status)",
-            msg,
+            row,
         )
         conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (stamp, conversation_id))
-        return {**msg, "sources": list(sources),
-                "support": None if support is None else list(support)}
+        return msg
 
-    def messages(self, conversation_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[Message]:
         """Messages oldest first, sources parsed; ``limit`` keeps the most recent ones. An
         answer's ``query`` is what was searched for it (None on questions and older answers)."""
         sql = (
@@ -767,10 +761,4 @@ class Store(JobTable, LibrarySettingsTable):
             sql += " LIMIT ?"
             params.append(int(limit))
         rows = self.conn.execute(sql, params).fetchall()
-        out = []
-        for r in reversed(rows):
-            item = dict(r)
-            item["sources"] = json.loads(item["sources"] or "[]")
-            item["support"] = None if item["support"] is None else json.loads(item["support"])
-            out.append(item)
-        return out
+        return [Message.from_row(r) for r in reversed(rows)]
