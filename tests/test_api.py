@@ -244,6 +244,11 @@ def test_upload_refusals_carry_the_apps_status_and_message(served, workspace):
             "file": ("again.txt", b"Vellum is calf skin prepared for writing.")}) as response:
             again = ndjson(response)[-1]
         assert again["type"] == "done" and again["duplicate"] is True
+        # other bytes, the same text: a near-duplicate, a conflict that names the original
+        near = client.post("/api/documents", files={
+            "file": ("copy.txt", b"Vellum is calf skin prepared for writing.\n\n")})
+        assert near.status_code == 409, near.text
+        assert near.json()["reason"] == "near_duplicate" and "ok.txt" in near.json()["message"]
         # each upload went through the ingestion jobs (the Documents page's queue shows them)
         jobs = sqlite3.connect(served.env["MARGINALIA_DB"]).execute(
             "SELECT name, status FROM ingest_jobs").fetchall()
@@ -395,6 +400,13 @@ def test_with_a_token_every_request_needs_it_and_it_never_shows(tmp_path):
             assert pre.headers["access-control-allow-origin"] == "http://notes.example"
             other = client.get("/api/health", headers={"Origin": "http://evil.example"})
             assert "access-control-allow-origin" not in other.headers
+        # an OPTIONS that is not a listed origin's preflight is one more request: it needs it
+        bare = httpx.options(server.url + "/api/documents")
+        assert bare.status_code == 401 and bare.json()["reason"] == "unauthorized"
+        # and an unlisted origin's preflight is turned away by the CORS layer before any route
+        evil = httpx.options(server.url + "/api/documents", headers={
+            "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+        assert evil.status_code == 400 and "access-control-allow-origin" not in evil.headers
         log = server.log()
     assert TOKEN not in log
 

@@ -92,8 +92,9 @@ class BearerTokenMiddleware:
             if key == b"authorization":
                 header = value.decode("latin-1")
                 break
-        if scope.get("method") == "OPTIONS" or token_matches(header, self._token):
-            # a CORS preflight carries no credentials; the request that follows must
+        if token_matches(header, self._token):
+            # no exemption, OPTIONS included: a CORS preflight from a listed origin is answered
+            # by the CORS middleware, which sits outside this one, before it gets here
             await self.app(scope, receive, send)
             return
         body = json.dumps({"type": "error", "message": UNAUTHORIZED_MESSAGE,

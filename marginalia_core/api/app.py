@@ -47,7 +47,9 @@ STATUS_OF_REASON = {
     "unsupported": 415, "mislabelled": 415, "binary": 415, "encoding": 415,
     "invalid_input": 422, "empty": 422, "too_long": 422, "encrypted": 422,
     "wrong_password": 422, "no_text": 422, "corrupt": 422, "unreadable": 422,
-    "embedder_mismatch": 409,
+    "embedder_mismatch": 409, "near_duplicate": 409,
+    "macros": 415,
+    "fetch": 502,
     "embedding": 502, "auth": 502, "answer": 502, "model_server": 502,
     "internal": 500, "storage": 500,
 }

@@ -9,6 +9,7 @@ from the cleaned pages, so a cleaned page is still exactly where its page starts
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 
@@ -31,6 +32,12 @@ EDGE_LINES = 3
 # rising down the page (5, 10, 15 ...).
 LINE_NUMBER_STEP = 5
 LINE_NUMBER_MIN_RUN = 3
+# Ingestion cleans a growing book again and again while it reads (to embed early what will not
+# change), so the per-line steps remember this many recent lines instead of redoing their
+# regular expressions: a few times the distinct lines of a long book (~30 per page).
+LINE_MEMORY = 1 << 15
+# a word broken at a page's end is looked for in this many last characters of the page
+PAGE_END_WORD_CHARS = 200
 # Decorative runs: 3+ of these glyphs (spaces allowed between), or 4+ dots/dashes/underscores.
 _ORNAMENTS = "*•·◆◇♦❖✦✧❧☙❦✱✲✳✴✵✶✷✸✹✺★☆○●◦□■▪▫~=+#§¶†‡⁂※〜"
 _ORNAMENT_RUN = re.compile(
@@ -58,6 +65,7 @@ _NUMBERED_ABBREVIATIONS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=LINE_MEMORY)
 def _shape(line: str) -> str:
     """A line's identity for repetition: spacing and numbers ignored ("Page 4" = "Page 9").
     Case is kept: a running head "CHAPTER 2. WARSAW" is not the chapter's title line."""
@@ -118,6 +126,7 @@ def _set_off_footnote(match: re.Match[str]) -> str:
     return f"{word}{mark}[{number}]"
 
 
+@functools.lru_cache(maxsize=LINE_MEMORY)
 def clean_line(line: str) -> str:
     """Glyph runs out, glued footnote markers set off."""
     line = _ORNAMENT_RUN.sub(" ", line)
@@ -160,7 +169,9 @@ def join_page_break_hyphens(pages: list[str]) -> list[str]:
     already hyphenated, "stop-the-" + "world", keeps its hyphen)."""
     out = list(pages)
     for i in range(len(out) - 1):
-        end = _PAGE_END_HYPHEN.search(out[i])
+        if not out[i].endswith("-"):  # (pages are stripped) most pages: no scan at all
+            continue
+        end = _PAGE_END_HYPHEN.search(out[i], max(0, len(out[i]) - PAGE_END_WORD_CHARS))
         start = _PAGE_START_REST.match(out[i + 1])
         if not end or not start or not start.group(1)[0].islower():
             continue
