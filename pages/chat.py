@@ -515,14 +515,23 @@ w.Function(`
   }, true);
 `)();
 """
-# The last answer (or, while one is written, the last question) brought into view.
+# The last answer (or, while one is written, the last question) brought into view, and held
+# there for HOLD_MS while the page is still being laid out (the margin's cards, which a phone
+# stacks under the answer, arrive after it and Streamlit keeps a chat page at its bottom): a
+# reload on a phone otherwise ended on the margin, the answer off-screen above. A wheel,
+# touch, key or click of the person's own ends the hold at once.
 SCROLL_LAST_JS = """
-let tries = 0;
-const step = () => {
+const HOLD_MS = 2500, TICK_MS = 150;
+let tries = 0, moved = false;
+const mine = () => { moved = true; };
+for (const type of ['wheel', 'touchstart', 'keydown', 'mousedown'])
+  doc.addEventListener(type, mine, {once: true, capture: true, passive: true});
+const anchorOf = () => {
   const msgs = doc.querySelectorAll('[data-testid="stChatMessage"]');
-  if (!msgs.length) { if (++tries < 20) setTimeout(step, 100); return; }
-  const last = msgs[msgs.length - 1];
-  const anchor = msgs.length > 1 ? msgs[msgs.length - 2] : last;
+  if (!msgs.length) return null;
+  return msgs.length > 1 ? msgs[msgs.length - 2] : msgs[msgs.length - 1];
+};
+const place = (anchor) => {
   anchor.scrollIntoView({block: 'start'});
   // the margin (scrolling on its own beside the answer) shows the open card's cited sentence
   const m = doc.querySelector('.st-key-margin');
@@ -531,6 +540,20 @@ const step = () => {
     const box = m.getBoundingClientRect(), at = hl.getBoundingClientRect();
     m.scrollTop += at.top - box.top - m.clientHeight / 3;
   }
+  return anchor.getBoundingClientRect().top;
+};
+const step = () => {
+  const anchor = anchorOf();
+  if (!anchor) { if (++tries < 20) setTimeout(step, 100); return; }
+  const want = place(anchor);
+  const started = Date.now();
+  const hold = () => {
+    if (moved || Date.now() - started > HOLD_MS) return;
+    const now = anchorOf();
+    if (now && Math.abs(now.getBoundingClientRect().top - want) > 4) place(now);
+    setTimeout(hold, TICK_MS);
+  };
+  setTimeout(hold, TICK_MS);
 };
 setTimeout(step, 50);
 """

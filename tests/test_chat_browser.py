@@ -43,22 +43,16 @@ def chat_server(chromium_path, tmp_path_factory, fake_openai_server):  # noqa: F
         yield url, tmp / "marginalia.db"
 
 
-@pytest.fixture
-def chat(browser, chat_server, fake_openai):  # noqa: F811
-    """A desktop page on Chat with the sample documents in the library."""
+VIEWPORTS = {"argnames": "viewport", "argvalues": [DESKTOP, PHONE], "ids": ["1280", "390"]}
+
+
+@pytest.fixture(params=VIEWPORTS["argvalues"], ids=VIEWPORTS["ids"])
+def chat(browser, chat_server, fake_openai, request):  # noqa: F811
+    """A page on Chat, at 1280x800 and at 390x844, with the sample documents in the library."""
     url, db = chat_server
-    context = browser.new_context(viewport=DESKTOP)
-    pg = context.new_page()
-    pg.set_default_timeout(30_000)
-    pg.requests = []
-    pg.on("request", lambda r: pg.requests.append(r.url))
-    pg.goto(url)
-    idle(pg)
-    add_samples(pg)
-    pg.get_by_role("link", name="Chat", exact=True).click()
-    idle(pg)
+    pg = open_chat(browser, url, request.param)
     yield pg, url, db, fake_openai
-    context.close()
+    pg.context.close()
 
 
 def rows(db: Path, sql: str, *params) -> list[tuple]:
@@ -176,6 +170,20 @@ def open_offline(browser, server, viewport, **context):  # noqa: F811
     return pg
 
 
+def open_chat(browser, server, viewport):  # noqa: F811
+    """Chat with the samples in the library, at ``viewport``. The samples are added through the
+    sidebar of a desktop tab (a phone folds the sidebar away); a phone then opens a tab of its
+    own, a touch screen, on a new conversation."""
+    pg = open_offline(browser, server, DESKTOP)
+    add_samples(pg)
+    if viewport is DESKTOP:
+        pg.get_by_role("link", name="Chat", exact=True).click()
+        idle(pg)
+        return pg
+    pg.context.close()
+    return open_offline(browser, server, viewport, is_mobile=True, has_touch=True)
+
+
 def sentence_in_view(pg, card_id: str) -> dict:
     """Where the card's first highlighted sentence is, against the window and (on a desktop)
     the margin's own scrolling box."""
@@ -275,21 +283,20 @@ def open_page_view(pg, question: str):
     return dialog
 
 
-def test_the_page_view_opens_full_width_with_a_zoom_and_the_pdf_at_that_page(browser, server):
+@pytest.mark.parametrize(**VIEWPORTS)
+def test_the_page_view_opens_full_width_with_a_zoom_and_the_pdf_at_that_page(
+        browser, server, viewport):
     from playwright.sync_api import expect
 
-    pg = open_offline(browser, server, DESKTOP)
-    add_samples(pg)
-    pg.get_by_role("link", name="Chat", exact=True).click()
-    idle(pg)
+    pg = open_chat(browser, server, viewport)
     dialog = open_page_view(pg, "What temperature and humidity are best for old books?")
     box = dialog.bounding_box()
-    assert box["width"] >= 0.9 * DESKTOP["width"], box  # the page, not a 266 px thumbnail
+    assert box["width"] >= 0.9 * viewport["width"], box  # the page, not a 266 px thumbnail
     image = dialog.locator(".mg-zoom img")
     natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
     assert natural[0] >= 600 and natural[1] > natural[0], natural  # a portrait page
     fit = image.bounding_box()["width"]
-    assert fit > 800, fit
+    assert fit > 0.6 * viewport["width"], fit  # 800 px of 1280, 240 of 390
     dialog.get_by_text("200 %").click()
     idle(pg)
     expect(dialog.locator(".mg-zoom img.mg-z200")).to_be_visible()
@@ -374,17 +381,20 @@ def own_server(chromium_path, tmp_path_factory):
         yield url, tmp / "marginalia.db"
 
 
-def test_tuned_settings_and_a_deleted_document_are_said(browser, own_server):
+@pytest.mark.parametrize(**VIEWPORTS)
+def test_tuned_settings_and_a_deleted_document_are_said(browser, own_server, viewport):
     from playwright.sync_api import expect
 
     from marginalia_core.config import Settings
     from marginalia_core.workspace import Workspace
 
     url, db = own_server
-    pg = open_offline(browser, url, DESKTOP)
-    add_samples(pg)
-    pg.get_by_role("link", name="Chat", exact=True).click()
-    idle(pg)
+    ws = Workspace(Settings(db_path=str(db), embedder="local", answerer="extractive"))
+    try:
+        list(ws.apply_settings({}))  # the defaults again, after the other viewport's run
+    finally:
+        ws.close()
+    pg = open_chat(browser, url, viewport)  # (the sample deleted by that run added again)
     expect(pg.locator(".st-key-tuned_note")).to_have_count(0)  # the defaults: nothing to say
     type_question(pg, FERMAT)
     expect(pg.locator('[data-testid="stChatMessage"]').last.locator('a[href^="#src-"]').first
@@ -420,7 +430,7 @@ def test_tuned_settings_and_a_deleted_document_are_said(browser, own_server):
     pg.context.close()
 
 
-@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280", "390"])
+@pytest.mark.parametrize(**VIEWPORTS)
 def test_suggestions_are_whole_and_sidebar_rows_hold_their_delete(browser, own_server, viewport):
     from playwright.sync_api import expect
 
