@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from marginalia_core import events
 from marginalia_core.config import RETRIEVAL_MODES, RetrievalConfig, Settings, load_settings
 from marginalia_core.errors import EmbedderMismatchError, InvalidInputError, NotFoundError
-from marginalia_core.ingest import pipeline
+from marginalia_core.ingest import formats, pipeline
 from marginalia_core.ingest.chunking import Chunk, chunk_stats, chunk_text, effective_overlap
 from marginalia_core.ingest.jobs import Job, JobQueue, JobWorker, Upload
 from marginalia_core.ingest.page_images import PageImage, PageRenderer
@@ -450,7 +450,8 @@ class Workspace:
         return PageRenderer()
 
     def original(self, document_id: str) -> bytes | None:
-        """The original file kept for a document (PDFs), or None."""
+        """The file as it was uploaded (or fetched), or None for a document indexed before
+        originals were kept (before m007 for PDFs, before 2026-12-06 for the other formats)."""
         return self.store.document_file(document_id)
 
     def page_image(
@@ -460,6 +461,12 @@ class Workspace:
         sentences highlighted; None when no original file is kept for the document (text,
         markdown, or a PDF indexed before page views existed). Raises ``PageRenderError`` when
         the page cannot be rendered."""
+        try:
+            mime = self.document(document_id).mime
+        except NotFoundError:
+            return None
+        if formats.by_mime(mime).renders != "pdf":
+            return None  # a Word file's original is kept for download, not drawn as pages
         data = self.store.document_file(document_id)
         if data is None:
             return None

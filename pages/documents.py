@@ -262,12 +262,13 @@ with st.expander("Open or download a document", icon=":material/file_open:"):
         doc = by_id[chosen]
         original = ws.original(chosen)
         if original is None:
-            st.caption("No original file is kept for this document (a text or Markdown file is "
-                       "stored as its text, or the PDF was indexed before originals were kept).")
+            st.caption("No original file is kept for this document: it was indexed before "
+                       "originals were kept. Upload it again to keep it.")
         else:
             row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
             with row:
-                if len(original) <= MAX_INLINE_PDF_BYTES:
+                if formats.by_mime(doc.mime).renders == "pdf" and (
+                        len(original) <= MAX_INLINE_PDF_BYTES):
                     st.html(original_link(original, 1, "Open the PDF ↗"))
                 st.download_button(
                     "Download the original", data=original, file_name=doc.name,

@@ -368,6 +368,16 @@ def test_documents_page_downloads_and_opens_the_original(browser, server):
         pg.get_by_role("button", name="Download the original").click()
     path = download.value.path()
     assert Path(path).read_bytes()[:5] == b"%PDF-"
+    # any other format's original too, byte for byte, with no PDF link
+    name = "how-marginalia-works.md"
+    choose(pg, "original_choice", re.compile(rf"^{re.escape(name)} \("))
+    expect(pg.get_by_role("button", name="Download the original")).to_be_visible()
+    expect(pg.locator("a.mg-openpdf")).to_have_count(0)
+    with pg.expect_download() as download:
+        pg.get_by_role("button", name="Download the original").click()
+    assert download.value.suggested_filename == name
+    sample = Path(__file__).resolve().parent.parent / "samples" / name
+    assert Path(download.value.path()).read_bytes() == sample.read_bytes()
     pg.context.close()
 
 

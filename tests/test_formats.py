@@ -63,6 +63,15 @@ def test_a_real_file_is_indexed_and_found_in_its_top_3(library, name, phrase, wh
     assert where in mine[0].location
 
 
+def test_every_real_file_s_original_is_kept_byte_for_byte_but_only_a_pdf_has_page_views(
+        library):
+    ws, ends = library
+    for name, _, _ in REAL_FILES:
+        doc_id = ends[name]["document"]["id"]
+        assert ws.original(doc_id) == (DATA / name).read_bytes(), name
+        assert ws.page_image(doc_id, [1]) is None, name  # not drawn as a page
+
+
 def test_every_real_file_s_passages_render_as_markdown(library):
     from marginalia_app import passages
 
@@ -332,8 +341,7 @@ def test_every_format_is_one_row_with_a_reader_and_a_location_kind():
         assert not seen & set(row.extensions), "an extension belongs to one row"
         seen |= set(row.extensions)
         assert formats.by_mime(row.mime) is row
-    assert formats.by_mime("application/pdf").keep_original
-    assert not any(r.keep_original for r in formats.FORMATS if r.mime != "application/pdf")
+    assert all(r.keep_original for r in formats.FORMATS)  # every upload can be downloaded
     assert formats.mime_for_name("Deck.PPTX") == formats.PPTX_MIME
 
 

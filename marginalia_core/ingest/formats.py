@@ -81,7 +81,7 @@ class Format:
     mimes: tuple[str, ...]
     reader: Reader
     location: str  # one of LOCATION_KINDS
-    keep_original: bool  # the original bytes are stored (page views)
+    keep_original: bool  # the uploaded bytes are stored (download, and page views of PDFs)
     renders: str  # "pdf" | "markdown" | "text"
     zip_marker: str = ""  # for ZIP-based formats: the member (or mimetype) that identifies it
 
@@ -94,28 +94,28 @@ FORMATS: tuple[Format, ...] = (
     Format("PDF", "PDF", (".pdf",), (PDF_MIME, "application/x-pdf"), read_pdf,
            location="page", keep_original=True, renders="pdf"),
     Format("Word", "Word document", (".docx",), (DOCX_MIME,), office.read_docx,
-           location="section", keep_original=False, renders="markdown",
+           location="section", keep_original=True, renders="markdown",
            zip_marker="word/document.xml"),
     Format("PowerPoint", "PowerPoint presentation", (".pptx",), (PPTX_MIME,), office.read_pptx,
-           location="slide", keep_original=False, renders="markdown",
+           location="slide", keep_original=True, renders="markdown",
            zip_marker="ppt/presentation.xml"),
     Format("Excel", "Excel workbook", (".xlsx",), (XLSX_MIME,), sheets.read_xlsx,
-           location="sheet", keep_original=False, renders="markdown",
+           location="sheet", keep_original=True, renders="markdown",
            zip_marker="xl/workbook.xml"),
     Format("CSV", "CSV file", (".csv",), (CSV_MIME, "application/csv"), sheets.read_csv,
-           location="sheet", keep_original=False, renders="markdown"),
+           location="sheet", keep_original=True, renders="markdown"),
     Format("OpenDocument", "OpenDocument text", (".odt",), (ODT_MIME,), office.read_odt,
-           location="section", keep_original=False, renders="markdown",
+           location="section", keep_original=True, renders="markdown",
            zip_marker="mimetype:" + ODT_MIME),
     Format("EPUB", "EPUB book", (".epub",), (EPUB_MIME,), markup.read_epub,
-           location="chapter", keep_original=False, renders="markdown",
+           location="chapter", keep_original=True, renders="markdown",
            zip_marker="mimetype:" + EPUB_MIME),
     Format("HTML", "web page", (".html", ".htm"), (HTML_MIME, "application/xhtml+xml"),
-           markup.read_html, location="section", keep_original=False, renders="markdown"),
+           markup.read_html, location="section", keep_original=True, renders="markdown"),
     Format("plain-text", "plain-text file", (".txt",), (TEXT_MIME,), read_text,
-           location="none", keep_original=False, renders="text"),
+           location="none", keep_original=True, renders="text"),
     Format("Markdown", "Markdown file", (".md", ".markdown"), (MARKDOWN_MIME, "text/x-markdown"),
-           read_text, location="none", keep_original=False, renders="markdown"),
+           read_text, location="none", keep_original=True, renders="markdown"),
 )
 
 # Office files that can carry macros: refused by name, with that reason.
