@@ -35,12 +35,14 @@ def test_the_original_pdf_is_kept_with_the_document_and_deleted_with_it(workspac
     data = PDF.read_bytes()
     doc = _ingest(workspace, PDF.name, data)
     assert workspace.store.document_file(doc["id"]) == data
-    text = _ingest(workspace, "notes.md", b"# Notes\n\nPlain words about nothing in particular.\n")
-    assert workspace.store.document_file(text["id"]) is None  # text is stored as text already
+    notes = b"# Notes\n\nPlain words about nothing in particular.\n"
+    text = _ingest(workspace, "notes.md", notes)
+    assert workspace.store.document_file(text["id"]) == notes  # for download; no page view
+    assert workspace.page_image(text["id"], [1]) is None
     # re-indexing replaces the document in one transaction and carries the original over
     assert list(workspace.reindex(doc["id"], target=600, overlap=50))[-1]["type"] == "done"
     assert workspace.store.document_file(doc["id"]) == data
-    assert workspace.delete_document(doc["id"])
+    assert workspace.delete_document(doc["id"]) and workspace.delete_document(text["id"])
     count = workspace.store.conn.execute("SELECT COUNT(*) FROM document_files").fetchone()[0]
     assert count == 0  # gone with its document (ON DELETE CASCADE)
 
