@@ -99,6 +99,7 @@ def test_book_progress_counts_passages_to_embed_and_never_decreases(
     assert not any("THE CLOISTER AND THE PRESS" in c.content for c in stored)
 
 
+@pytest.mark.both_backends  # the cache is a store table: each backend's own
 def test_a_resaved_copy_and_a_reindex_embed_nothing_new(store, book_settings, local_embedder):
     """A re-saved copy (other bytes, the same text) replaces the first one and a re-index with
     the same passage size: both take every vector from the cache."""
@@ -171,6 +172,7 @@ def test_another_embedder_never_reuses_the_cache(store, book_settings, local_emb
     assert len(other.embedded) == len(emb.embedded) > 0
 
 
+@pytest.mark.both_backends  # the cache is a store table: each backend's own
 def test_a_resumed_job_embeds_only_what_it_had_not(store, book_settings, local_embedder):
     """A job stopped mid-embedding (the process shutting down) is interrupted; resumed, it
     embeds only the passages it had not embedded before."""
