@@ -8,6 +8,7 @@ import io
 import json
 import math
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -452,6 +453,39 @@ def test_a_text_files_ticked_passage_names_no_page_in_tables_or_exports(workspac
     csv_rows = RetrievalLab(workspace).export_set("pages", "csv").splitlines()
     assert "What do the notes say?,notes.md," in csv_rows
     assert f"What destroyed the wheel?,mill.pdf,{pages}" in csv_rows
+
+
+@pytest.mark.both_backends
+def test_a_ticked_slide_or_sheet_row_is_judged_by_its_location_not_a_page(workspace):
+    """Question sets judge a slide as "slide 1" and sheet rows as "sheet Sheet1, row 3", in the
+    lab's tables and exports, and an export imported again keeps them."""
+    data = Path(__file__).parent / "data" / "formats"
+    for name in ("txt-fit-text.pptx", "inventory-table.xlsx"):
+        end = list(workspace.ingest(name, (data / name).read_bytes()))[-1]
+        assert end["type"] == "done", end
+    lab = RetrievalLab(workspace)
+    asked = {}
+    for question, name, place in (
+        ("What is the craft of designing typefaces called?", "txt-fit-text.pptx", "slide 1"),
+        ("How many bananas are in stock?", "inventory-table.xlsx", "sheet Sheet1, row"),
+    ):
+        hit = next(h for h in workspace.retriever.search(question, threshold=-1.0, k=10)
+                   if h.document_name == name)
+        assert place in hit.location, hit.location
+        for by in ("page", "span"):
+            lab.add_question(f"by {by}", question, [hit.chunk_id], by=by)
+        asked[question] = hit.location
+    for by in ("page", "span"):
+        result = lab.evaluate(f"by {by}", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+        for q in result.questions:
+            assert not q.missed, q  # the unit still matches its passage
+            [label] = q.found
+            assert asked[q.question] in label and " p. " not in label, label
+        exported = lab.export_set(f"by {by}")
+        assert all(f'"location": "{where}"' in exported for where in asked.values())
+        lab.import_upload({"again.jsonl": exported.encode()}, name=f"again {by}")
+        again = lab.evaluate(f"again {by}", ev.EvalConfig(mode="hybrid", threshold=-1.0))
+        assert [q.found for q in again.questions] == [q.found for q in result.questions]
 
 
 def test_why_missed_names_the_setting_and_its_fix_finds_the_passage(library):

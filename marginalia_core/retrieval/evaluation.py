@@ -15,6 +15,7 @@ judgment counts once: the first unit that matches it gains its grade, later ones
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -32,6 +33,8 @@ WEIGHT_GRID = tuple(round(0.1 * i, 1) for i in range(11))  # dense weight 0 .. 1
 # sets a floor of their own); metrics this close count as a tie, and ties go to the current value
 RECALL_FLOOR_SHARE = 0.95
 TIE = 1e-3
+# a PDF passage's location label ("p. 3", "pp. 3–5"): its judgment names pages itself
+_PAGE_LABEL = re.compile(r"pp?\. \d")
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -440,13 +443,19 @@ def judgments_for_chunk(row: dict[str, Any], *, by: str = "span") -> Judgment:
     """The judgment the Inspector saves when a passage is ticked: its document and its text
     span (``by="span"``) or its pages (``by="page"``), never its chunk id. A text or Markdown
     file has no pages (it is stored as one page 1): judged by pages, it is the whole document,
-    and its span judgment keeps no page, so no table or export names a "p. 1" for it."""
+    and its span judgment keeps no page, so no table or export names a "p. 1" for it. A slide,
+    sheet rows, chapter or section keeps its location's name ("slide 2"), so it is not called
+    a page either."""
     # a chunk row names its location ("p. 3", "slide 2"); a text file's has none
     paged = bool(row["location"]) if "location" in row else "mime" not in row
+    place = str(row.get("location") or "")
+    if _PAGE_LABEL.match(place):
+        place = ""  # a PDF's pages: the judgment's own "p. 3–5"
     if by == "page":
         if not paged:
             return Judgment(row["document_name"])
-        return Judgment(row["document_name"], int(row["page_start"]), int(row["page_end"]))
+        return Judgment(row["document_name"], int(row["page_start"]), int(row["page_end"]),
+                        location=place)
     if not paged:
         return Judgment(
             row["document_name"], None, None, int(row["start"]), int(row["end"]),
@@ -455,4 +464,5 @@ def judgments_for_chunk(row: dict[str, Any], *, by: str = "span") -> Judgment:
     return Judgment(
         row["document_name"], int(row["page_start"]), int(row["page_end"]),
         int(row["start"]), int(row["end"]), excerpt=" ".join(row["content"].split())[:200],
+        location=place,
     )

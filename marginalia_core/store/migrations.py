@@ -402,6 +402,13 @@ def m014_message_status(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
 
 
+@migration
+def m019_judgment_location(conn: sqlite3.Connection) -> None:
+    """A judgment's location as its passage named it ("slide 2", "sheet Budget, rows 12–40";
+    empty for PDF pages and text files), so a question set names a slide a slide, not "p. 2"."""
+    conn.execute("ALTER TABLE judgments ADD COLUMN location TEXT NOT NULL DEFAULT ''")
+
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to call from several processes:
     the upgrade holds the write lock from reading what is pending to recording what it applied."""

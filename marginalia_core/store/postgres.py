@@ -360,6 +360,12 @@ def p007_message_status(conn: psycopg.Connection) -> None:
     conn.execute("ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
 
 
+@pg_migration
+def p012_judgment_location(conn: psycopg.Connection) -> None:
+    """SQLite's m019: a judgment's location label for slides, sheets, chapters, sections."""
+    conn.execute("ALTER TABLE judgments ADD COLUMN location TEXT NOT NULL DEFAULT ''")
+
+
 def migrate_pg(conn: psycopg.Connection) -> list[str]:
     """Apply pending migrations in one transaction under an advisory lock; returns the names
     applied. A second process waits for the lock, then finds nothing pending."""

@@ -47,6 +47,9 @@ class Judgment:
     span_end: int | None = None
     grade: int = 1
     excerpt: str = ""
+    # where the passage is, as its document names it, when that is not a page: "slide 2",
+    # "sheet Budget, rows 12–40", "chapter 3" (page_start/page_end then count those units)
+    location: str = ""
 
     @property
     def level(self) -> str:
@@ -56,7 +59,10 @@ class Judgment:
 
     @property
     def pages(self) -> str:
-        """"p. 3" or "p. 3–5"; "" for a judgment with no pages (a text file, a document)."""
+        """"p. 3" or "p. 3–5", or the location ("slide 2"); "" for a judgment with no pages
+        (a text file, a whole document)."""
+        if self.location:
+            return self.location
         if self.page_start is None:
             return ""
         if self.page_end in (None, self.page_start):
@@ -190,10 +196,11 @@ class QuestionSets:
                 )
                 conn.executemany(
                     "INSERT INTO judgments (question_id, document, page_start, page_end, "
-                    "span_start, span_end, grade, excerpt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "span_start, span_end, grade, excerpt, location) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (qid, j.document, j.page_start, j.page_end, j.span_start, j.span_end,
-                         int(j.grade), j.excerpt or "")
+                         int(j.grade), j.excerpt or "", j.location or "")
                         for j in q.judgments
                     ],
                 )
@@ -230,7 +237,7 @@ class QuestionSets:
         ):
             judgments.setdefault(j["question_id"], []).append(
                 Judgment(j["document"], j["page_start"], j["page_end"], j["span_start"],
-                         j["span_end"], j["grade"], j["excerpt"])
+                         j["span_end"], j["grade"], j["excerpt"], j["location"])
             )
         questions = [
             Question(q["text"], tuple(judgments.get(q["id"], ())), q["external_id"],
@@ -399,7 +406,7 @@ def read_jsonl(text: str, *, name: str, source: str = "JSON lines") -> QuestionS
                     js.append(Judgment(
                         r["document"], r.get("page_start"), r.get("page_end"),
                         r.get("span_start"), r.get("span_end"), int(r.get("grade", 1)),
-                        r.get("excerpt", ""),
+                        r.get("excerpt", ""), r.get("location", ""),
                     ))
             questions.append(Question(str(d["question"]), tuple(js), str(d.get("id") or ""),
                                       str(d.get("answer") or "")))
