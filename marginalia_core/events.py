@@ -63,6 +63,7 @@ class DoneEvent(TypedDict, total=False):
     answer: str
     sources: list[Source]
     status: str  # chat: "complete", or "stopped" when the reader stopped the answer
+    outcome: str  # chat: "answered", "no_sources" (nothing matched) or "refused" (not answered)
     support: list[dict[str, Any]]
     file: str
     document: dict[str, Any]

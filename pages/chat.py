@@ -26,10 +26,9 @@ from marginalia_app.ingest_view import index_samples
 from marginalia_app.samples import SAMPLE_QUESTIONS, samples_in_library
 from marginalia_app.shell import DOCUMENTS_PAGE, INSPECTOR_PAGE, answer_desk, page, page_script
 from marginalia_core.chat.desk import FAILED, QUEUED, RUNNING, AnswerRun
+from marginalia_core.chat.engine import ANSWERED, NO_SOURCES, outcome
 from marginalia_core.citations import cited
 from marginalia_core.errors import MarginaliaError
-from marginalia_core.providers.answerers.extractive import is_refusal
-from marginalia_core.providers.answerers.prompting import NO_SOURCES_ANSWER
 from marginalia_core.store.records import ANSWER_STOPPED, Conversation, Document, Message
 
 ws = page()
@@ -305,14 +304,15 @@ def render_answer_block(message: Message, asked: str | None = None) -> None:
             f"{'does' if len(invalid) == 1 else 'do'} not match any retrieved passage."
         )
     scoped_cid = state.get("cid")
-    if asked and scoped_cid and is_refusal(message.content) and ws.conversation_documents(
+    said = outcome(message.content, sources)
+    if asked and scoped_cid and said != ANSWERED and ws.conversation_documents(
             scoped_cid):
         st.button("Search all documents", key=f"everywhere-{message.id}",
                   icon=":material/travel_explore:", on_click=_search_everywhere,
                   args=(scoped_cid, asked),
                   help="This conversation searches only some documents: ask this again over "
                   "all of them.")
-    if not sources and message.content == NO_SOURCES_ANSWER:
+    if said == NO_SOURCES:
         st.page_link(INSPECTOR_PAGE, label="Open the retrieval settings Chat uses",
                      icon=":material/tune:")
     if sources:

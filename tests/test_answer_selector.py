@@ -63,10 +63,14 @@ def test_the_super_bowl_answers_lead_with_the_answer(super_bowl):
 
 
 def test_a_question_the_article_cannot_answer_is_refused_naming_the_closest(super_bowl):
-    answer = answer_of(super_bowl, "When did the Black Death reach England?")
+    done = list(super_bowl.ask("When did the Black Death reach England?"))[-1]
+    answer = done["answer"]
     assert is_refusal(answer), answer
     if answer.startswith(REFUSED):  # the answerer's refusal (not retrieval's "nothing matched")
         assert re.search(r"The closest is \[1\]: “.+”", answer)  # names (and cites) a passage
+        assert done["outcome"] == "refused"  # said in the event: no page reads the text
+    else:
+        assert done["outcome"] == "no_sources"
 
 
 def test_a_scoped_question_is_refused_when_its_documents_cannot_answer(super_bowl):

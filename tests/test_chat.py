@@ -125,6 +125,7 @@ def test_meta_precedes_every_token_and_carries_every_source(docs):
         assert " ".join(s["content"].split()).startswith(s["excerpt"].rstrip("…"))
     assert "1851" in text_of(events)
     assert events[-1]["message_id"] and events[-1]["invalid_citations"] == []
+    assert events[-1]["outcome"] == "answered"
 
 
 def test_tokens_are_streamed_in_several_pieces(docs):
@@ -139,6 +140,7 @@ def test_no_passage_above_threshold_says_so_without_calling_the_model(gemini_ws,
     assert_shape(events, "done")
     assert events[0]["sources"] == []
     assert text_of(events) == NO_SOURCES_ANSWER
+    assert events[-1]["outcome"] == "no_sources"  # what the page offers the settings by
     assert fake_gemini.requests == []  # neither chat nor embeddings went to a model service
 
 

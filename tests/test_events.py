@@ -92,7 +92,7 @@ def _check_contract(ingest: list[dict], asked: list[dict]) -> None:
     assert tokens and all(set(t) in ({"type", "text"}, {"type", "text", "cited"})
                           for t in tokens)
     assert set(done) == {"type", "messageId", "conversationId", "citations", "invalidCitations",
-                         "answer", "sources", "support", "status"}
+                         "answer", "sources", "support", "status", "outcome"}
     assert done["support"] and set(done["support"][0]) == {"sentence", "marks", "score",
                                                            "supported"}
     assert "".join(t["text"] for t in tokens) == done["answer"]  # one numbering

@@ -43,6 +43,7 @@ from marginalia_core.citations import MARK_RE, StreamRenumberer, renumber_source
 from marginalia_core.config import Settings
 from marginalia_core.errors import MarginaliaError, NotFoundError
 from marginalia_core.providers.answerers.base import Answerer, HistoryTurn
+from marginalia_core.providers.answerers.extractive import is_refusal
 from marginalia_core.providers.answerers.prompting import (
     NO_DOCUMENTS_ANSWER,
     NO_SOURCES_ANSWER,
@@ -56,6 +57,10 @@ from marginalia_core.store.records import ANSWER_COMPLETE, ANSWER_STOPPED, Messa
 from marginalia_core.store.rows import KEEP, Keep, new_id
 
 log = logging.getLogger(__name__)
+
+# What an answer did, in ``done`` and for a saved message (``outcome``): the pages decide what
+# to offer (the retrieval settings, "Search all documents") by it, never by the answer's text.
+ANSWERED, NO_SOURCES, REFUSED = "answered", "no_sources", "refused"
 
 HISTORY = 10  # messages sent as user/model turns
 COMPLETE, STOPPED = ANSWER_COMPLETE, ANSWER_STOPPED  # a saved answer's status
@@ -290,6 +295,7 @@ class ChatEngine:
             )
             return
         yield events.done(
+            outcome=outcome(answer, keep),
             message_id=message.id,
             conversation_id=conversation_id,
             citations=valid,
@@ -304,3 +310,12 @@ class ChatEngine:
         """The embedder the support check may use: the local one only (no network, no cost)."""
         embedder = self.retriever.embedder
         return embedder if getattr(embedder, "name", "") == "local" else None
+
+
+def outcome(answer: str, sources: Sequence[Any]) -> str:
+    """``NO_SOURCES`` when no passage passed the threshold (the engine's "nothing matched"),
+    ``REFUSED`` when the answerer found the passages do not answer ("not in your documents"),
+    else ``ANSWERED``."""
+    if not sources and answer == NO_SOURCES_ANSWER:
+        return NO_SOURCES
+    return REFUSED if is_refusal(answer) else ANSWERED
