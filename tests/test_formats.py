@@ -345,6 +345,22 @@ def test_every_format_is_one_row_with_a_reader_and_a_location_kind():
     assert formats.mime_for_name("Deck.PPTX") == formats.PPTX_MIME
 
 
+def test_a_tab_separated_file_is_one_more_row_of_the_table(workspace):
+    """Issue 21's "adding a format is one row plus a reader", shown: the TSV row reuses the CSV
+    reader, and nothing else in the project names it (upload types, refusals, sniffing and the
+    text-or-binary decision all come from the table)."""
+    assert formats.by_name("stock.tsv").name == "TSV" and "tsv" in formats.UPLOAD_TYPES
+    assert "TSV" in formats.upload_help()
+    data = b"fruit\tquantity\tshelf\nBanana\t200\tB2\nQuince\t7\tA1\n"
+    end = list(workspace.ingest("stock.tsv", data))[-1]
+    assert end["type"] == "done" and end["document"]["mime"] == "text/tab-separated-values", end
+    [hit] = [h for h in workspace.search("How many quinces are on the shelf?", k=3)
+             if h.document_name == "stock.tsv"][:1]
+    assert "**quantity**: 7" in hit.content and hit.location == "sheet stock, rows 2–3"
+    refused = list(workspace.ingest("fake.tsv", b"%PDF-1.4 not a table"))[-1]
+    assert refused["type"] == "error" and refused["reason"] == "mislabelled", refused
+
+
 def test_location_labels_and_their_storage_round_trip():
     units = (Unit("Budget", 2), Unit("Budget", 3), Unit("Budget", 4), Unit("Costs", 2),
              Unit("Results"), Unit("Results"), Unit("Discussion"))

@@ -104,6 +104,8 @@ FORMATS: tuple[Format, ...] = (
            zip_marker="xl/workbook.xml"),
     Format("CSV", "CSV file", (".csv",), (CSV_MIME, "application/csv"), sheets.read_csv,
            location="sheet", keep_original=True, renders="markdown"),
+    Format("TSV", "tab-separated file", (".tsv", ".tab"), ("text/tab-separated-values",),
+           sheets.read_csv, location="sheet", keep_original=True, renders="markdown"),
     Format("OpenDocument", "OpenDocument text", (".odt",), (ODT_MIME,), office.read_odt,
            location="section", keep_original=True, renders="markdown",
            zip_marker="mimetype:" + ODT_MIME),
@@ -130,7 +132,8 @@ SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(_BY_EXTENSION)
 MIME_BY_EXTENSION: dict[str, str] = {ext: f.mime for ext, f in _BY_EXTENSION.items()}
 # What the upload widget accepts (extensions without the dot).
 UPLOAD_TYPES: tuple[str, ...] = tuple(ext[1:] for ext in SUPPORTED_EXTENSIONS)
-_TEXT_FORMATS = {TEXT_MIME, MARKDOWN_MIME, CSV_MIME, HTML_MIME}
+# Formats with no signature in their bytes (not a PDF, not a ZIP container): told apart by name
+_TEXT_FORMATS = {f.mime for f in FORMATS if f.renders != "pdf" and not f.zip_marker}
 _PLAIN = Format("text", "document", (), (TEXT_MIME,), read_text, location="none",
                 keep_original=False, renders="text")
 
