@@ -629,11 +629,13 @@ class RetrievalLab:
 
     def search(
         self, query: str, *, mode: str | None = None, threshold: float | None = None,
-        k: int | None = None, alpha: float | None = None,
+        k: int | None = None, alpha: float | None = None, reranker: str | None = None,
     ) -> list[Hit]:
-        """What search returns with these settings, from the same cached candidates as
-        ``explain`` (moving a control embeds nothing again)."""
-        config = self.retriever.config(mode=mode, threshold=threshold, top_k=k, alpha=alpha)
+        """What search returns with these settings (the Inspector's controls, its Rerank
+        included), from the same cached candidates as ``explain`` (moving a control embeds
+        nothing again)."""
+        config = self.retriever.config(mode=mode, threshold=threshold, top_k=k, alpha=alpha,
+                                       reranker=reranker)
         return self.retriever.retrieve(self._candidates(query), config)
 
     def _candidates(self, query: str) -> Candidates:

@@ -152,6 +152,8 @@ def test_a_reranker_reaches_chat_the_inspector_and_the_metrics_alike(indexed, mo
     chat = [h.chunk_id for h in ws.search(question)]
     assert chat == before[::-1] and sorted(_Reverse.seen) == sorted(before)
     assert [h.chunk_id for h in lab.search(question)] == chat
+    # the Inspector's own Rerank control reaches its ranking table the same way
+    assert [h.chunk_id for h in lab.search(question, reranker="none")] == before
     config = lab.applied()
     assert config.reranker == "reverse-test"
     assert lab.evaluate("bees", config).metrics["hit@1"] == 0.0

@@ -30,7 +30,8 @@ def show(ws: Workspace, c: Controls) -> None:
     lab, q, mode, threshold = c.lab, c.q, c.mode, c.threshold
     df = pd.DataFrame(score_rows(q, ws.store.generation(), lab.embedder_key(), ws))
     df["passes"] = df["score"] >= threshold
-    hits = lab.search(q, k=c.top_k, threshold=threshold, mode=mode, alpha=c.alpha)
+    hits = lab.search(q, k=c.top_k, threshold=threshold, mode=mode, alpha=c.alpha,
+                      reranker=c.config.reranker)
     returned = {h.chunk_id: h.rank for h in hits}
     explained = lab.explain(q, threshold=threshold, alpha=c.alpha)
 

@@ -71,7 +71,7 @@ def _tick_and_save(lab: RetrievalLab, c: Controls) -> None:
     state = st.session_state
     q = c.q
     hits = lab.search(q, k=max(c.top_k, TICK_CANDIDATES), threshold=-1.0, mode=c.mode,
-                      alpha=c.alpha)
+                      alpha=c.alpha, reranker=c.config.reranker)
     digest = hashlib.blake2b(q.encode(), digest_size=6).hexdigest()
     st.caption(f"Passages for “{fmt.escape_inline(q, 120)}”, best first: tick the ones "
                "that answer it.")
