@@ -283,7 +283,8 @@ def source_line(source: Mapping[str, Any], mime: str | None = None) -> str:
     line = f"[{source.get('n')}] {name}"
     from marginalia_core.ingest import formats
 
-    paged = formats.by_mime(mime).renders == "pdf" if mime else name.lower().endswith(".pdf")
+    row = formats.by_mime(mime) if mime else formats.by_name(name)
+    paged = row is not None and row.renders == "pdf"
     if source.get("location"):
         line += f", {' '.join(str(source['location']).split())}"
     elif paged and source.get("page"):

@@ -22,7 +22,7 @@ from marginalia_core.store import sqlite_lexical
 from marginalia_core.store.base import LexicalSource
 from marginalia_core.store.fts import fts_match
 
-# --- defaults, chosen on SciFact train (see the module docstring) -----------------------------
+# --- defaults, chosen on SciFact train (benchmarks/README.md, "Fusion: what was measured") ---
 FUSION = "convex"  # "convex" | "rrf"
 NORMALIZATION = "tmm"  # for "convex": "minmax" | "zscore" | "tmm" (theoretical-min-max)
 ALPHA = 0.6  # for "convex": base weight of the dense score (1 - ALPHA goes to BM25)
