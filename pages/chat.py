@@ -496,11 +496,18 @@ w.Function(`
     const hl = card.querySelector('mark.mg-hl');
     (hl || card).scrollIntoView({block: hl ? 'center' : 'start', inline: 'nearest'});
   };
+  // when the person last moved the page themselves (SCROLL_LAST_JS then leaves it alone)
+  const moved = () => { window.__mgMovedAt = Date.now(); };
+  for (const type of ['wheel', 'touchmove']) document.addEventListener(type, moved, {capture: true, passive: true});
+  document.addEventListener('keydown', (e) => {
+    if (!(e.target.closest && e.target.closest('textarea, input, [contenteditable]'))) moved();
+  }, true);
   document.addEventListener('click', (e) => {
     const a = e.target.closest && e.target.closest('a[href^="#src-"]');
-    if (a) setTimeout(() => show(a.getAttribute('href').slice(1), 10), 30);
+    if (a) { moved(); setTimeout(() => show(a.getAttribute('href').slice(1), 10), 30); }
     const jump = e.target.closest && e.target.closest('a.mg-jump[data-target]');
     if (jump) {
+      moved();
       e.preventDefault();
       const id = jump.getAttribute('data-target').replace(/[^A-Za-z0-9_-]/g, '');
       window.location.hash = id;  // opens the card (CSS :target), then its sentence
@@ -518,14 +525,15 @@ w.Function(`
 # The last answer (or, while one is written, the last question) brought into view, and held
 # there for HOLD_MS while the page is still being laid out (the margin's cards, which a phone
 # stacks under the answer, arrive after it and Streamlit keeps a chat page at its bottom): a
-# reload on a phone otherwise ended on the margin, the answer off-screen above. A wheel,
-# touch, key or click of the person's own ends the hold at once.
+# reload on a phone otherwise ended on the margin, the answer off-screen above. It leaves the
+# page alone once the person moves it (a wheel, a swipe, a scrolling key, a mark or "Show the
+# source" click: MARK_SCROLL_JS notes the time), also when that came just before this script
+# ran (a busy machine loads it late: a mark clicked meanwhile must not be scrolled away from).
 SCROLL_LAST_JS = """
-const HOLD_MS = 2500, TICK_MS = 150;
-let tries = 0, moved = false;
-const mine = () => { moved = true; };
-for (const type of ['wheel', 'touchstart', 'keydown', 'mousedown'])
-  doc.addEventListener(type, mine, {once: true, capture: true, passive: true});
+const HOLD_MS = 2500, TICK_MS = 150, LATE_MS = 1500;
+const begun = Date.now();
+const moved = () => (w.__mgMovedAt || 0) > begun - LATE_MS;
+let tries = 0;
 const anchorOf = () => {
   const msgs = doc.querySelectorAll('[data-testid="stChatMessage"]');
   if (!msgs.length) return null;
@@ -543,12 +551,12 @@ const place = (anchor) => {
   return anchor.getBoundingClientRect().top;
 };
 const step = () => {
+  if (moved()) return;
   const anchor = anchorOf();
   if (!anchor) { if (++tries < 20) setTimeout(step, 100); return; }
   const want = place(anchor);
-  const started = Date.now();
   const hold = () => {
-    if (moved || Date.now() - started > HOLD_MS) return;
+    if (moved() || Date.now() - begun > HOLD_MS) return;
     const now = anchorOf();
     if (now && Math.abs(now.getBoundingClientRect().top - want) > 4) place(now);
     setTimeout(hold, TICK_MS);
