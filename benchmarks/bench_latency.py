@@ -68,9 +68,11 @@ def ask_timed(ws: Workspace, question: str) -> dict[str, Any]:
 
 
 def run_strategies(settings: Settings, article: dict[str, Any], questions: list[str],
-                   strategies: list[str]) -> dict[str, Any]:
+                   strategies: list[str], *, cold: bool = False) -> dict[str, Any]:
     """The offline assembly with each extractive strategy on one index, the strategies taking
-    turns question by question (so a load spike on the shared machine hits them alike)."""
+    turns question by question (so a load spike on the shared machine hits them alike).
+    ``cold``: each answerer forgets the sentence vectors of earlier questions before each one
+    (a conversation's first question); otherwise they are remembered, as in a conversation."""
     from marginalia_core.providers.answerers.extractive import ExtractiveAnswerer
 
     ws = Workspace(settings)
@@ -87,6 +89,8 @@ def run_strategies(settings: Settings, article: dict[str, Any], questions: list[
         for q in questions:
             for s in strategies:
                 ws.chat.answerer = answerers[s]
+                if cold:
+                    answerers[s]._vectors.clear()
                 rows[s].append(ask_timed(ws, q))
     finally:
         ws.close()
@@ -144,10 +148,13 @@ def main() -> int:
     ap.add_argument("--modes", default="offline,gemini")
     ap.add_argument("--strategies", nargs="+", metavar="NAME",
                     help="offline only: these extractive strategies side by side, in turns")
+    ap.add_argument("--cold", action="store_true",
+                    help="with --strategies: no sentence vector remembered between questions")
     args = ap.parse_args()
     custom = bool(args.article or args.questions or args.modes != "offline,gemini")
     if args.strategies:
         run = "strategies" if not (args.article or args.questions) else "custom_strategies"
+        run += "_cold" if args.cold else ""
     if not args.strategies:
         run = "custom" if custom else ("quick" if args.quick else "full")
     article_id = args.article or ("Amazon_rainforest" if args.quick else "Geology")
@@ -163,7 +170,7 @@ def main() -> int:
         if args.strategies:
             s = Settings(db_path=str(tmp / "strategies.db"), embedder="local",
                          answerer="extractive")
-            res["strategies"] = run_strategies(s, article, qs, args.strategies)
+            res["strategies"] = run_strategies(s, article, qs, args.strategies, cold=args.cold)
             res["command"] = "PYTHONPATH=. python benchmarks/bench_latency.py " + " ".join(
                 sys.argv[1:])
             modes = []

@@ -257,6 +257,27 @@ def test_only_a_bounded_number_of_sentences_is_embedded(local_embedder):
     assert 0 < counting.embedded <= extractive.MAX_EMBEDDED + extractive.EXTRA_EMBEDDED
 
 
+def test_sentences_seen_by_an_earlier_question_are_not_embedded_again(local_embedder,
+                                                                      monkeypatch):
+    counting = CountingEmbedder(local_embedder)
+    answerer = ExtractiveAnswerer(embedder=counting)
+    first = answerer.compose("When was the mill built?", PASSAGES, [])
+    embedded = counting.embedded
+    assert embedded > 0
+    # the same passages again (a conversation's next question): nothing new to embed, and the
+    # answer is the one a fresh answerer gives
+    again = answerer.compose("When was the mill built?", PASSAGES, [])
+    assert counting.embedded == embedded
+    assert again == first == ExtractiveAnswerer(embedder=local_embedder).compose(
+        "When was the mill built?", PASSAGES, [])
+    # the memory is bounded: the least recently used go first
+    monkeypatch.setattr(extractive, "SENTENCE_MEMORY", 2)
+    river = [src(1, "The river froze in the winter of 1903. The town skated on it for a month, "
+                    "and the mill stood still until the thaw came in March.")]
+    answerer.compose("When did the river freeze?", river, [])
+    assert len(answerer._vectors) == 2
+
+
 def test_a_document_cannot_inject_a_citation(workspace):
     ingest(
         workspace,
