@@ -458,8 +458,8 @@ class Workspace:
         self, document_id: str, pages: Iterable[int], sentences: Iterable[str] = ()
     ) -> PageImage | None:
         """The first of ``pages`` of a stored PDF that shows a cited sentence, rendered with the
-        sentences highlighted; None when no original file is kept for the document (text,
-        markdown, or a PDF indexed before page views existed). Raises ``PageRenderError`` when
+        sentences highlighted; None for a document without pages (its original, if kept, is
+        for download) or a PDF indexed before page views existed. Raises ``PageRenderError`` when
         the page cannot be rendered."""
         try:
             mime = self.document(document_id).mime

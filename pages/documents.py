@@ -16,7 +16,7 @@ from marginalia_app.ingest_view import (
     render_results,
     watch,
 )
-from marginalia_app.passages import MAX_INLINE_PDF_BYTES, OPEN_PDF_JS, original_link
+from marginalia_app.passages import MAX_INLINE_PDF_BYTES, OPEN_PDF_JS, has_pages, original_link
 from marginalia_app.samples import samples_in_library
 from marginalia_app.shell import page, page_script
 from marginalia_core.errors import NotFoundError
@@ -267,8 +267,7 @@ with st.expander("Open or download a document", icon=":material/file_open:"):
         else:
             row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
             with row:
-                if formats.by_mime(doc.mime).renders == "pdf" and (
-                        len(original) <= MAX_INLINE_PDF_BYTES):
+                if has_pages(doc.mime) and len(original) <= MAX_INLINE_PDF_BYTES:
                     st.html(original_link(original, 1, "Open the PDF ↗"))
                 st.download_button(
                     "Download the original", data=original, file_name=doc.name,

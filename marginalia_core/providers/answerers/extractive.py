@@ -443,6 +443,8 @@ class ExtractiveAnswerer:
 
     def _sentence_vectors(self, texts: list[str]) -> np.ndarray:
         """``embed_documents`` of ``texts``, the ones seen lately taken from memory."""
+        if not texts:  # what the embedder gives for nothing (its width, no rows)
+            return np.asarray(self.embedder.embed_documents([]), dtype=np.float32)
         with self._vectors_lock:
             known = {t: self._vectors[t] for t in texts if t in self._vectors}
             for t in known:
@@ -455,8 +457,6 @@ class ExtractiveAnswerer:
                     known[t] = self._vectors[t] = v
                 while len(self._vectors) > SENTENCE_MEMORY:
                     self._vectors.popitem(last=False)
-        if not texts:  # what the embedder gives for nothing (its width, no rows)
-            return np.asarray(self.embedder.embed_documents([]), dtype=np.float32)
         return np.stack([known[t] for t in texts])
 
     # -- step 1
