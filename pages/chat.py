@@ -486,15 +486,35 @@ def to_address(cid: str | None) -> None:
 
 
 # Our constant scripts (see shell.page_script). A mark click scrolls the cited sentence of its
-# card into view (the browser alone brings only the card's top); once per page load.
+# card into view (the browser alone brings only the card's top); once per page load. It holds
+# the sentence there for HOLD_MS unless the person moves the page: Streamlit's main container
+# sticks to its bottom, and a scroll that coincides with the page's height changing (the card
+# the click opens, the one it closes) keeps it stuck, so on a phone it pulled the page back
+# down past the sentence; scrolling again once the height has settled unsticks it.
 MARK_SCROLL_JS = """
 if (w.__mgMarks) return; w.__mgMarks = 1;
 w.Function(`
-  const show = (id, tries) => {
+  const HOLD_MS = 2500, TICK_MS = 150;
+  const inView = (el) => {
+    const r = el.getBoundingClientRect();
+    if (r.height <= 0 || r.top < 0 || r.bottom > window.innerHeight) return false;
+    const m = el.closest('.st-key-margin');
+    if (!m || m.scrollHeight <= m.clientHeight + 1) return true;
+    const b = m.getBoundingClientRect();
+    return r.top >= b.top - 1 && r.bottom <= b.bottom + 1;
+  };
+  const show = (id, tries, since) => {
     const card = document.getElementById(id);
-    if (!card || !card.offsetParent) { if (tries > 0) setTimeout(() => show(id, tries - 1), 50); return; }
-    const hl = card.querySelector('mark.mg-hl');
-    (hl || card).scrollIntoView({block: hl ? 'center' : 'start', inline: 'nearest'});
+    if (!card || !card.offsetParent) { if (tries > 0) setTimeout(() => show(id, tries - 1, since), 50); return; }
+    const target = () => card.querySelector('mark.mg-hl') || card;
+    const put = () => target().scrollIntoView({block: target() === card ? 'start' : 'center', inline: 'nearest'});
+    put();
+    const hold = () => {
+      if ((window.__mgMovedAt || 0) > since || Date.now() - since > HOLD_MS) return;
+      if (!inView(target())) put();
+      setTimeout(hold, TICK_MS);
+    };
+    setTimeout(hold, TICK_MS);
   };
   // when the person last moved the page themselves (SCROLL_LAST_JS then leaves it alone)
   const moved = () => { window.__mgMovedAt = Date.now(); };
@@ -504,14 +524,15 @@ w.Function(`
   }, true);
   document.addEventListener('click', (e) => {
     const a = e.target.closest && e.target.closest('a[href^="#src-"]');
-    if (a) { moved(); setTimeout(() => show(a.getAttribute('href').slice(1), 10), 30); }
+    if (a) { moved(); const t = Date.now(); setTimeout(() => show(a.getAttribute('href').slice(1), 10, t), 30); }
     const jump = e.target.closest && e.target.closest('a.mg-jump[data-target]');
     if (jump) {
       moved();
       e.preventDefault();
       const id = jump.getAttribute('data-target').replace(/[^A-Za-z0-9_-]/g, '');
       window.location.hash = id;  // opens the card (CSS :target), then its sentence
-      setTimeout(() => show(id, 10), 30);
+      const t = Date.now();
+      setTimeout(() => show(id, 10, t), 30);
     }
     const pv = e.target.closest && e.target.closest('button.mg-pageview[data-pv]');
     if (pv) {
