@@ -253,10 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--refit", action="store_true",
                         help="fit on the groups collected so far, collect nothing")
     args = parser.parse_args(argv)
-    fit_articles, tune_articles = split()
+    _, tune_articles = split()
     t0 = time.perf_counter()
     data: dict[str, list[Any]] = {k: [] for k in ("x", "y", "q", "answerable", "part", "base")}
-    used = []
+    used, fitted = [], []
     for part_name, group in groups():
         path = group_file(part_name, group)
         if not path.exists():
@@ -273,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for k in data:
             data[k] += list(z[k] + offset) if k == "q" else list(z[k])
         used.append(f"{part_name}:{','.join(group)}")
+        if part_name == "fit":
+            fitted += list(group)
     print(f"{len(data['y'])} rows from {len(used)} groups in {time.perf_counter() - t0:.0f} s",
           file=sys.stderr)
     x, y, q = np.asarray(data["x"]), np.asarray(data["y"]).astype(float), np.asarray(data["q"])
@@ -323,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         *(sys.argv[1:] if argv is None else argv)])
     payload = model.as_json(
         command=command,
-        fit_articles=fit_articles,
+        fit_articles=fitted,  # the groups collected, not the whole fit split (--refit)
         tune_articles=tune_articles,
         rows={"fit": int(train.sum()), "positives": int(y[train].sum())},
         groups=used,

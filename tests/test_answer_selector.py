@@ -101,6 +101,8 @@ def test_the_weights_file_matches_the_features_and_says_how_it_was_made():
     assert "train_answer_selector.py" in data["command"]
     held_out = set(squad_answers.HELDOUT_ARTICLES) | {FIRST_ARTICLE}
     assert not held_out & set(data["fit_articles"] + data["tune_articles"])
+    fitted = ",".join(g.split(":", 1)[1] for g in data["groups"] if g.startswith("fit:"))
+    assert ",".join(data["fit_articles"]) == fitted  # the articles it was fitted on, no more
     model = selector.load_model()
     assert 0 < model.refuse_below < 1 and len(model.coef) == len(selector.FEATURES)
 
