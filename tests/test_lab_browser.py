@@ -64,6 +64,15 @@ def assert_readable(pg) -> None:
             if (b.offsetParent && b.scrollWidth > b.clientWidth + 1)
                 out.push('text cut: ' + b.innerText);
         }}
+        // a selectbox shows its choice in an input, whose scrollWidth does not grow: measure
+        const ctx = document.createElement('canvas').getContext('2d');
+        for (const e of document.querySelectorAll('[data-testid="stMain"] [data-testid="stSelectbox"] input')) {{
+            const st = getComputedStyle(e);
+            ctx.font = st.font;
+            const room = e.clientWidth - parseFloat(st.paddingLeft) - parseFloat(st.paddingRight);
+            if (e.offsetParent && ctx.measureText(e.value).width > room + 1)
+                out.push('choice cut: ' + e.value);
+        }}
         return out;
     }}""")
     assert cut == [], cut
@@ -164,6 +173,9 @@ def test_make_a_set_evaluate_sweep_and_compare(page):  # noqa: F811 - the import
     expect(preview).to_be_visible()
     preview.locator("summary").first.click()
     expect(preview.locator("details[open] .mg-passage").first).to_be_visible()
+    assert_readable(page)
+    choose(page, "inspector_rerank", "Sentence windows")  # the longest choice of the controls
+    idle(page)
     assert_readable(page)
     assert not external(page.requests), external(page.requests)
 

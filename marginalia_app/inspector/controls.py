@@ -39,7 +39,7 @@ def draw(ws: Workspace) -> Controls:
                 "Environment variables (MARGINALIA_THRESHOLD, _TOP_K, _RETRIEVAL, "
                 "_CHUNK_TARGET, _CHUNK_OVERLAP) stay the defaults underneath.")
     cols = st.columns([3, 6, 2], gap="medium", vertical_alignment="bottom")
-    cols += st.columns([4, 2, 2, 3, 3], gap="medium", vertical_alignment="bottom")
+    cols += st.columns([3, 2, 2, 4, 3], gap="medium", vertical_alignment="bottom")
     with cols[0]:
         threshold = st.slider(
             "Relevance threshold", min_value=0.0, max_value=1.0, step=0.01,
