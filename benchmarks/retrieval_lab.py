@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -86,8 +87,22 @@ class CachedEmbedder:
         return self.embed_batch([text], query=True)[0]
 
 
-def _add(store: Store, emb: CachedEmbedder, name: str, text: str, page_starts=None) -> None:
+# experiment (SciFact only, `--only scifact`): the document's title (its first paragraph) heads
+# every passage, not only the first; a library of its own
+TITLED = os.environ.get("LAB_TITLED") == "1"
+
+
+def _chunks(text: str, page_starts=None):
     chunks = chunk_text(text, page_starts=page_starts)
+    if TITLED and len(chunks) > 1:
+        title = text.split("\n\n", 1)[0]
+        chunks = chunks[:1] + [dataclasses.replace(c, text=f"{title}\n\n{c.text}")
+                               for c in chunks[1:]]
+    return chunks
+
+
+def _add(store: Store, emb: CachedEmbedder, name: str, text: str, page_starts=None) -> None:
+    chunks = _chunks(text, page_starts=page_starts)
     vecs = emb.embed_documents([c.text for c in chunks])
     store.add_document(
         name=name, mime="text/plain", size=len(text.encode()),
@@ -109,7 +124,7 @@ def _build(path: Path, emb: CachedEmbedder, docs: dict[str, str]) -> None:
     call (the cache writes shards of 128, so a killed run resumes where it stopped), and the
     library is built under a temporary name and renamed when complete: a killed build never
     leaves a half library that a later run would take for the whole one."""
-    texts = [c.text for t in docs.values() for c in chunk_text(t)]
+    texts = [c.text for t in docs.values() for c in _chunks(t)]
     print(f"{path.name}: {len(texts)} passages, {len(emb.cache.missing(texts, 'document'))} to "
           "embed", file=sys.stderr, flush=True)
     emb.cache.get(texts, emb.inner.embed_documents, progress=lambda d, n, s: print(
@@ -129,7 +144,7 @@ def _build(path: Path, emb: CachedEmbedder, docs: dict[str, str]) -> None:
 
 def scifact(emb: CachedEmbedder, split: str) -> tuple[Store, QuestionSet]:
     data = SHARED / "scifact"
-    path = CACHE_DIR / f"lab-scifact-{TARGET}-{OVERLAP}.sqlite"
+    path = CACHE_DIR / f"lab-scifact-{TARGET}-{OVERLAP}{'-titled' if TITLED else ''}.sqlite"
     if not path.exists():
         docs = {}
         with open(data / "corpus.jsonl", encoding="utf-8") as f:
