@@ -57,6 +57,19 @@ def shifted(answer: str, k: int) -> str:
     return MARK_RE.sub(move, answer)
 
 
+def as_retrieved(answer: str, cited: Sequence[dict], retrieved: Sequence[dict]) -> str:
+    """The answer with its marks numbered as the retrieved sources are (``meta``), not as the
+    saved answer is (the engine renumbers the cited ones from [1] as it streams): the number a
+    model sees in its prompt, so the played answer cites the very passages the offline one did."""
+    to_chunk = {int(s["n"]): s["chunk_id"] for s in cited}
+    to_n = {s["chunk_id"]: int(s["n"]) for s in retrieved}
+
+    def back(m: re.Match) -> str:
+        numbers = [int(x) for x in re.findall(r"\d+", m.group(1))]
+        return "[" + ", ".join(str(to_n[to_chunk[n]]) for n in numbers) + "]"
+    return MARK_RE.sub(back, answer)
+
+
 def in_passages(item: dict[str, Any], by_n: dict[int, str]) -> bool:
     """Ground truth for a quoted sentence: it is verbatim in one of the passages it cites (the
     extractive answer only quotes; a mark moved to an overlapping chunk can still be right)."""
@@ -95,12 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                     answerer="openai"), embedder=offline.embedder),
             }
             for q in questions:
-                # the offline answer as it streamed: numbered like the retrieved sources
+                # the offline answer, its marks numbered as the retrieved sources (the prompt's)
                 asked = list(offline.ask(q["question"]))
-                streamed = "".join(e["text"] for e in asked if e["type"] == "token")
                 k = len(asked[0].get("sources") or [])
-                if asked[-1]["type"] != "done" or k < 2 or not MARK_RE.search(streamed):
+                if asked[-1]["type"] != "done" or k < 2 or not MARK_RE.search(
+                        asked[-1]["answer"]):
                     continue
+                streamed = as_retrieved(asked[-1]["answer"], asked[-1]["sources"],
+                                        asked[0]["sources"])
                 for name, ws in players.items():
                     for cited in ("right", "wrong"):
                         if name == "extractive" and cited == "wrong":
