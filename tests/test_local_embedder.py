@@ -6,7 +6,11 @@ import numpy as np
 
 from marginalia_core.config import Settings
 from marginalia_core.providers.embeddings import get_embedder
-from marginalia_core.providers.embeddings.local import DIMENSION, model_files
+from marginalia_core.providers.embeddings.local import (
+    DIMENSION,
+    model_files,
+    similar_length_batches,
+)
 
 
 def test_weights_come_from_installed_packages():
@@ -41,3 +45,16 @@ def test_related_text_scores_higher(local_embedder):
 def test_registry_selects_local_without_key():
     embedder = get_embedder(Settings())
     assert embedder.name == "local" and embedder.key.endswith("@384")
+
+
+def test_batches_end_where_padding_would_grow():
+    lengths = [40, 500, 42, 45, 120, 51, 130, 498, 52]
+    batches = similar_length_batches(lengths, size=3, ratio=1.3)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))  # each once
+    for b in batches:
+        assert len(b) <= 3
+        assert max(lengths[i] for i in b) <= 1.3 * min(lengths[i] for i in b)
+    # short ones together, long ones together: no sentence is padded to a passage's length
+    assert [sorted(lengths[i] for i in b) for b in batches] == [
+        [40, 42, 45], [51, 52], [120, 130], [498, 500]]
+

@@ -27,6 +27,11 @@ MAX_TOKENS = 256  # the model's training length; longer input is truncated
 # (benchmarks/results/embed_batch.md); 16-128 are within the noise of each other and above 8,
 # and 16 keeps padding, memory and the step between progress reports / cancel checks small.
 BATCH_SIZE = 16
+# A batch also ends where the next text (sorted by length) is over PAD_RATIO times its shortest:
+# every text is padded to the batch's longest, and the answerer's 18 candidate sentences (10 to
+# 80 tokens) in one batch spent most of their time on padding: 129 -> 99 ms p50 per question
+# with it, passages (all near MAX_TOKENS) unchanged (benchmarks/bench_embed_padding.py).
+PAD_RATIO = 1.3
 # MiniLM cosine scores sit lower than Gemini's: unrelated passages score ~0.0-0.2 and
 # relevant ones ~0.3-0.7, so its default threshold is lower than Gemini's 0.35.
 DEFAULT_THRESHOLD = 0.25
@@ -106,12 +111,26 @@ class LocalEmbedder(EmbedderBase):
     def embed_documents(
         self, texts: Sequence[str], progress: ProgressFn | None = None
     ) -> np.ndarray:
-        # Sort by length so each batch pads to similar lengths; restore order at the end.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        # Sorted by length so each batch pads to similar lengths; order restored at the end.
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            idxs = order[start : start + self.batch_size]
+        done = 0
+        for idxs in similar_length_batches([len(t) for t in texts], self.batch_size):
             out[idxs] = self.embed_batch([texts[i] for i in idxs], query=False)
+            done += len(idxs)
             if progress:
-                progress(min(start + self.batch_size, len(texts)), len(texts))
+                progress(done, len(texts))
         return out
+
+
+def similar_length_batches(lengths: Sequence[int], size: int,
+                           ratio: float = PAD_RATIO) -> list[list[int]]:
+    """Indexes of ``lengths`` in batches of at most ``size``, shortest first, a batch ending
+    where the next length is over ``ratio`` times the batch's first (the padding it would cost)."""
+    batches: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        batch = batches[-1] if batches else None
+        if batch is None or len(batch) >= size or lengths[i] > ratio * max(lengths[batch[0]], 1):
+            batches.append([i])
+        else:
+            batch.append(i)
+    return batches
