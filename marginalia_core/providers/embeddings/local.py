@@ -29,7 +29,7 @@ MAX_TOKENS = 256  # the model's training length; longer input is truncated
 BATCH_SIZE = 16
 # A batch also ends where the next text (sorted by length) is over PAD_RATIO times its shortest:
 # every text is padded to the batch's longest, and the answerer's 18 candidate sentences (10 to
-# 80 tokens) in one batch spent most of their time on padding: 129 -> 99 ms p50 per question
+# 80 tokens) in one batch spent most of their time on padding: 131 -> 101 ms p50 per question
 # with it, passages (all near MAX_TOKENS) unchanged (benchmarks/bench_embed_padding.py).
 PAD_RATIO = 1.3
 # MiniLM cosine scores sit lower than Gemini's: unrelated passages score ~0.0-0.2 and
