@@ -530,7 +530,8 @@ class RetrievalLab:
         depth = self.ws.store.chunk_count(emb.model, emb.dimension)
         cands = self.retriever.candidates(question.text, limit=depth)
         explained = {r.chunk_id: r for r in self.retriever.explain(
-            question.text, threshold=cfg.threshold, alpha=cfg.alpha, cands=cands)}
+            question.text, threshold=cfg.threshold, alpha=cfg.alpha, mode=cfg.mode,
+            cands=cands)}
         order = {"hybrid": "fused_rank", "dense": "dense_rank", "lexical": "lexical_rank"}
         seen = [explained[c] for c in matching if c in explained]
         best = min(seen, key=lambda r: getattr(r, order[cfg.mode]) or 10**9) if seen else None
@@ -615,12 +616,14 @@ class RetrievalLab:
     # -- why a chunk ranked ---------------------------------------------------------------------
 
     def explain(
-        self, query: str, *, threshold: float | None = None, alpha: float | None = None
+        self, query: str, *, threshold: float | None = None, alpha: float | None = None,
+        mode: str | None = None,
     ) -> list[ExplainedChunk]:
         """The score table for ``query``: per candidate cosine, BM25, fused score and its rank
-        in each list. Moving ``alpha`` (the keyword weight is 1 - alpha) re-ranks the cached
-        candidates without embedding the query again."""
-        return self.retriever.explain(query, threshold=threshold, alpha=alpha,
+        in each list, and whether ``mode``'s threshold step keeps it. Moving ``alpha`` (the
+        keyword weight is 1 - alpha) re-ranks the cached candidates without embedding the
+        query again."""
+        return self.retriever.explain(query, threshold=threshold, alpha=alpha, mode=mode,
                                       cands=self._candidates(query))
 
     def query_alpha(self, query: str, alpha: float | None = None) -> float:

@@ -267,6 +267,30 @@ def test_explain_reranks_by_keyword_weight_without_embedding_again(library):
     assert all(r.content and r.page_start == 1 for r in rows)
 
 
+def test_explain_marks_as_passing_what_the_mode_keeps(library):
+    """The Inspector's "passes" column is the threshold step of the mode shown: in keywords-only
+    mode a passage above the keyword floor passes whatever its cosine, in meaning-only mode a
+    keyword match alone does not, and every passage a search returns is marked as passing."""
+    lab = RetrievalLab(library)
+    query = "waggle dance angle"
+    for threshold in (0.25, 0.6):
+        by_mode = {m: lab.explain(query, threshold=threshold, mode=m)
+                   for m in ("hybrid", "dense", "lexical")}
+        for mode, rows in by_mode.items():
+            kept = {r.chunk_id for r in library.retriever.passing(
+                rows, library.retriever.config(threshold=threshold, mode=mode))}
+            assert {r.chunk_id for r in rows if r.passes} == kept, mode
+            returned = lab.search(query, k=10, threshold=threshold, mode=mode)
+            assert returned or threshold > 0.5, mode
+            assert all(next(r for r in rows if r.chunk_id == h.chunk_id).passes
+                       for h in returned), mode
+    # at 0.6 the bee passage's cosine is below the threshold: only the keyword floor keeps it
+    bees = {m: next(r for r in rows if r.document_name == "bees.md")
+            for m, rows in by_mode.items()}
+    assert bees["dense"].cosine < 0.6 and not bees["dense"].passes
+    assert bees["lexical"].passes and bees["hybrid"].passes
+
+
 def test_lexical_mode_has_a_relevance_floor(library):
     ret = library.retriever
     # shares the word "angle" with bees.md and nothing else with any document

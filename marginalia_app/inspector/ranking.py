@@ -15,6 +15,13 @@ from marginalia_core.workspace import Workspace
 ORDER_KEY = {"hybrid": "fused_rank", "dense": "dense_rank", "lexical": "lexical_rank"}
 ORDER_LABEL = {"hybrid": "the hybrid score", "dense": "the meaning rank",
                "lexical": "the keyword rank"}
+# what "passes" means in each mode: the threshold step retrieval applies (Retriever.passing)
+PASSES_HELP = {
+    "hybrid": "Kept by the threshold step: cosine ≥ {:.2f}, or holds every keyword",
+    "dense": "Kept by the threshold step: cosine ≥ {:.2f}",
+    "lexical": "Kept by the keyword floor: holds enough of the question's keyword weight and "
+               "is not unrelated in meaning (the relevance threshold is not used)",
+}
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -33,7 +40,7 @@ def show(ws: Workspace, c: Controls) -> None:
     hits = lab.search(q, k=c.top_k, threshold=threshold, mode=mode, alpha=c.alpha,
                       reranker=c.config.reranker)
     returned = {h.chunk_id: h.rank for h in hits}
-    explained = lab.explain(q, threshold=threshold, alpha=c.alpha)
+    explained = lab.explain(q, threshold=threshold, alpha=c.alpha, mode=mode)
 
     m = st.columns(4)
     m[0].metric("Passages passing", f"{int(df['passes'].sum())} of {len(df)}",
@@ -124,7 +131,6 @@ def _columns(mode: str, top_k: int, threshold: float) -> dict:
             help="BM25 keyword score (empty: no word of the question matched)"),
         "keyword rank": col.TextColumn(
             "rank", width=40, alignment="right", help="Rank by keywords (BM25)"),
-        "passes": col.CheckboxColumn(
-            width=55, help=f"cosine ≥ {threshold:.2f}, or holds every keyword"),
+        "passes": col.CheckboxColumn(width=55, help=PASSES_HELP[mode].format(threshold)),
         "excerpt": col.TextColumn(width=90),
     }

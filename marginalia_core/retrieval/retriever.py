@@ -117,7 +117,7 @@ class ExplainedChunk(RankedChunk):
     page_start: int = 1
     page_end: int = 1
     content: str = ""
-    passes: bool = False  # shown in hybrid mode at this threshold
+    passes: bool = False  # kept by the threshold step of the mode it was explained for
     mime: str = ""  # its document's
     location: str = ""  # "p. 3", "slide 2", "" (see Hit)
 
@@ -445,14 +445,17 @@ class Retriever:
         *,
         threshold: float | None = None,
         alpha: float | None = None,
+        mode: str | None = None,
         cands: Candidates | None = None,
     ) -> list[ExplainedChunk]:
         """Why each candidate ranked where it did: cosine, BM25, fused score and its rank in
-        each list, with the chunk's text. Pass ``cands`` (from ``candidates``) and a new
-        ``alpha`` to re-rank with another keyword weight without embedding again."""
-        threshold = self.threshold if threshold is None else threshold
+        each list, with the chunk's text, and whether it passes ``mode``'s threshold step
+        (``passing``, the very rule ``retrieve`` applies). Pass ``cands`` (from ``candidates``)
+        and a new ``alpha`` to re-rank with another keyword weight without embedding again."""
+        config = self.config(threshold=threshold, alpha=alpha, mode=mode)
         cands = cands or self.candidates(query)
-        rows = cands.table(self.alpha_of(self.config(alpha=alpha)))
+        rows = cands.table(self.alpha_of(config))
+        passed = {r.chunk_id for r in self.passing(rows, config)}
         meta = self.store.chunks_by_ids([r.chunk_id for r in rows])
         out = []
         for r in rows:
@@ -468,7 +471,7 @@ class Retriever:
                     page_start=m["page_start"],
                     page_end=m["page_end"],
                     content=m["content"],
-                    passes=r.cosine >= threshold or r.rescued,
+                    passes=r.chunk_id in passed,
                     mime=str(m.get("mime") or ""),
                     location=str(m.get("location") or ""),
                 )
