@@ -71,7 +71,7 @@ CSS = """
   vertical-align: top; }
 .mg-table th { background: rgba(49, 51, 63, 0.05); }
 .mg-head { display: block; padding: 0.45rem 0.75rem; font-size: 0.92rem; font-weight: 600;
-  color: inherit !important; text-decoration: none !important; }
+  color: inherit !important; text-decoration: none !important; overflow-wrap: anywhere; }
 .mg-head::before { content: "\\25B8  "; color: rgba(49, 51, 63, 0.5); }
 .mg-body { display: none; padding: 0 0.75rem 0.5rem; }
 .mg-group:not(:has(.mg-card:target)) .mg-card.mg-open .mg-body,

@@ -491,3 +491,46 @@ def test_suggestions_are_whole_and_sidebar_rows_hold_their_delete(browser, own_s
     expect(pg.get_by_role("textbox", name="Title")).to_be_hidden()
     expect(pg.locator('[data-testid="stSidebar"]')).to_contain_text("Fermat's note")
     pg.context.close()
+
+
+LONG_NAME = "a_rather_long_file_name_with_no_spaces_at_all_about_walnut_ink_recipes_final.txt"
+
+
+@pytest.mark.parametrize(**VIEWPORTS)
+def test_a_long_file_name_wraps_inside_its_margin_card(browser, own_server, viewport):
+    """A file name with no space to break at (real ones: "pypdf__Seige_of_Vicksburg_Sample_OCR
+    .pdf") wraps in its card's header instead of running out of the margin."""
+    from playwright.sync_api import expect
+
+    from marginalia_core.config import Settings
+    from marginalia_core.workspace import Workspace
+
+    url, db = own_server
+    ws = Workspace(Settings(db_path=str(db), embedder="local", answerer="extractive"))
+    try:
+        if not any(d.name == LONG_NAME for d in ws.documents()):
+            list(ws.ingest(LONG_NAME, b"Walnut ink was made by boiling green walnut husks for "
+                           b"a whole day, then straining the brown liquid through linen."))
+    finally:
+        ws.close()
+    pg = open_offline(browser, url, viewport)
+    type_question(pg, "How was walnut ink made?")
+    expect(pg.locator('[data-testid="stChatMessage"]').last.locator('a[href^="#src-"]').first
+           ).to_be_visible(timeout=60_000)
+    idle(pg)
+    head = pg.locator(".mg-group:visible .mg-card").filter(has_text="walnut").first.locator(
+        ".mg-head")
+    head.scroll_into_view_if_needed()
+    expect(head).to_contain_text("walnut_ink")
+    box = head.evaluate("""e => { const r = e.getBoundingClientRect(),
+        m = e.closest('.mg-card').getBoundingClientRect();
+        return {over: e.scrollWidth - e.clientWidth, right: r.right, card: m.right,
+                window: window.innerWidth}; }""")
+    assert box["over"] <= 1 and box["right"] <= box["card"] + 1 <= box["window"] + 1, (
+        viewport, box)
+    # and the answer's source pill ("[1] a_rather_long… · p. 1") stays inside the window
+    pill = pg.locator('[data-testid="stButtonGroup"] button').filter(has_text="a_rather").last
+    pill.scroll_into_view_if_needed()
+    right = pill.evaluate("e => [e.getBoundingClientRect().right, window.innerWidth]")
+    assert right[0] <= right[1], (viewport, right)
+    pg.context.close()
