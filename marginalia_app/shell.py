@@ -94,6 +94,8 @@ mark.mg-hl { background: rgba(255, 164, 33, 0.35); font-weight: 600; padding: 0 
   border-radius: 0.15rem; color: inherit; }
 .mg-page summary { cursor: pointer; font-size: 0.88rem; color: rgb(0, 84, 163); margin: 0.2rem 0; }
 .st-key-pv_triggers { display: none; }
+/* the Inspector's search method: its three choices wrap on a phone instead of running out */
+.st-key-inspector_mode [data-testid="stButtonGroup"] > div { flex-wrap: wrap; }
 /* suggested questions: whole labels, wrapped onto lines as needed, at any width */
 .st-key-suggestions { flex-wrap: wrap; }
 .st-key-suggestions [data-testid="stElementContainer"] { max-width: 100%; }

@@ -177,6 +177,12 @@ def test_make_a_set_evaluate_sweep_and_compare(page):  # noqa: F811 - the import
     choose(page, "inspector_rerank", "Sentence windows")  # the longest choice of the controls
     idle(page)
     assert_readable(page)
+    # on a phone the three search methods wrap onto a second line instead of running out
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(500)
+    rights = page.locator(".st-key-inspector_mode").evaluate(
+        "e => [...e.querySelectorAll('button')].map(b => b.getBoundingClientRect().right)")
+    assert len(rights) >= 3 and max(rights) <= 390, rights
     assert not external(page.requests), external(page.requests)
 
 
