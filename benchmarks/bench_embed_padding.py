@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -40,11 +41,11 @@ PASSAGE_ROUNDS = 3
 
 
 def fixed(embedder: local.LocalEmbedder, texts: Sequence[str]) -> np.ndarray:
-    """The former ``embed_documents``: length-sorted batches of ``batch_size``, nothing more."""
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    """The former ``embed_documents``: length-sorted batches of ``batch_size``, nothing more
+    (the same batching with no length ratio to end a batch)."""
     out = np.zeros((len(texts), embedder.dimension), dtype=np.float32)
-    for start in range(0, len(order), embedder.batch_size):
-        idxs = order[start : start + embedder.batch_size]
+    for idxs in local.similar_length_batches([len(t) for t in texts], embedder.batch_size,
+                                             ratio=math.inf):
         out[idxs] = embedder.embed_batch([texts[i] for i in idxs], query=False)
     return out
 

@@ -26,7 +26,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +49,15 @@ TUNE_ARTICLES = ("1973_oil_crisis", "Chloroplast", "Doctor_Who", "French_and_Ind
                  "Imperialism")
 
 
+def remap(answer: str, number: Callable[[int], int]) -> str:
+    """The answer with every number of every mark passed through ``number``."""
+    return MARK_RE.sub(lambda m: "[" + ", ".join(
+        str(number(int(x))) for x in re.findall(r"\d+", m.group(1))) + "]", answer)
+
+
 def shifted(answer: str, k: int) -> str:
     """Every mark moved to the next retrieved passage: the same claims, the wrong citations."""
-    def move(m: re.Match) -> str:
-        numbers = [int(x) for x in re.findall(r"\d+", m.group(1))]
-        return "[" + ", ".join(str(n % k + 1) for n in numbers) + "]"
-    return MARK_RE.sub(move, answer)
+    return remap(answer, lambda n: n % k + 1)
 
 
 def as_retrieved(answer: str, cited: Sequence[dict], retrieved: Sequence[dict]) -> str:
@@ -63,11 +66,7 @@ def as_retrieved(answer: str, cited: Sequence[dict], retrieved: Sequence[dict]) 
     model sees in its prompt, so the played answer cites the very passages the offline one did."""
     to_chunk = {int(s["n"]): s["chunk_id"] for s in cited}
     to_n = {s["chunk_id"]: int(s["n"]) for s in retrieved}
-
-    def back(m: re.Match) -> str:
-        numbers = [int(x) for x in re.findall(r"\d+", m.group(1))]
-        return "[" + ", ".join(str(to_n[to_chunk[n]]) for n in numbers) + "]"
-    return MARK_RE.sub(back, answer)
+    return remap(answer, lambda n: to_n[to_chunk[n]])
 
 
 def in_passages(item: dict[str, Any], by_n: dict[int, str]) -> bool:

@@ -45,11 +45,8 @@ def collected() -> list[tuple[str, list[str], dict[str, np.ndarray]]]:
 
 def _stack(groups: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     out: dict[str, list] = {k: [] for k in ("x", "y", "q", "answerable")}
-    offset = 0
     for z in groups:
-        for k in out:
-            out[k] += list(z[k] + offset) if k == "q" else list(z[k])
-        offset = max(out["q"]) + 1
+        trainer.append_rows(out, z)
     return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -64,16 +61,10 @@ def leads(train: Sequence[dict], test: dict, columns: Sequence[str]) -> tuple[in
     ranked = real_a & a["answerable"].astype(bool)
     coef = trainer.fit_listwise((xa[ranked] - mean) / scale, a["y"][ranked].astype(float),
                                 a["q"][ranked])
-    real_b = ~np.isnan(xb).any(axis=1)
-    score = np.full(len(xb), -np.inf)
-    score[real_b] = ((xb[real_b] - mean) / scale) @ coef
-    hits = n = 0
-    for qid in np.unique(b["q"][b["answerable"].astype(bool)]):
-        rows = np.where(b["q"] == qid)[0]
-        n += 1
-        best = rows[np.argmax(score[rows])]
-        hits += bool(real_b[best] and b["y"][best])
-    return hits, n
+    score = ((xb - mean) / scale) @ coef  # NaN for an empty question's placeholder row
+    asked = [q for q in trainer.per_question(b["q"], score, b["y"], b["answerable"])
+             if q["answerable"]]
+    return sum(bool(len(q["y"]) and q["y"][0]) for q in asked), len(asked)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -156,6 +156,14 @@ def collect(group: Sequence[str], part: str) -> dict[str, list[Any]]:
     return out
 
 
+def append_rows(data: dict[str, list[Any]], rows: Any) -> None:
+    """Add a collected group's ``rows`` (an npz or a mapping of arrays) to ``data``, key by key,
+    its question ids numbered after those already there."""
+    offset = (max(data["q"]) + 1) if data["q"] else 0
+    for k in data:
+        data[k] += list(rows[k] + offset) if k == "q" else list(rows[k])
+
+
 def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = L2, steps: int = 30) -> tuple[
     np.ndarray, np.ndarray, np.ndarray, float
 ]:
@@ -269,9 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         z = np.load(path)
         if tuple(z["features"]) != selector.FEATURES:
             raise SystemExit(f"{path.name} has other features: delete it and collect again")
-        offset = (max(data["q"]) + 1) if data["q"] else 0
-        for k in data:
-            data[k] += list(z[k] + offset) if k == "q" else list(z[k])
+        append_rows(data, z)
         used.append(f"{part_name}:{','.join(group)}")
         if part_name == "fit":
             fitted += list(group)
