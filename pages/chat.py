@@ -517,21 +517,20 @@ w.Function(`
     setTimeout(hold, TICK_MS);
   };
   // when the person last moved the page themselves (SCROLL_LAST_JS then leaves it alone)
-  const moved = () => { window.__mgMovedAt = Date.now(); };
+  const moved = () => (window.__mgMovedAt = Date.now());  // the time, for a hold to compare
   for (const type of ['wheel', 'touchmove']) document.addEventListener(type, moved, {capture: true, passive: true});
   document.addEventListener('keydown', (e) => {
     if (!(e.target.closest && e.target.closest('textarea, input, [contenteditable]'))) moved();
   }, true);
   document.addEventListener('click', (e) => {
     const a = e.target.closest && e.target.closest('a[href^="#src-"]');
-    if (a) { moved(); const t = Date.now(); setTimeout(() => show(a.getAttribute('href').slice(1), 10, t), 30); }
+    if (a) { const t = moved(); setTimeout(() => show(a.getAttribute('href').slice(1), 10, t), 30); }
     const jump = e.target.closest && e.target.closest('a.mg-jump[data-target]');
     if (jump) {
-      moved();
+      const t = moved();
       e.preventDefault();
       const id = jump.getAttribute('data-target').replace(/[^A-Za-z0-9_-]/g, '');
       window.location.hash = id;  // opens the card (CSS :target), then its sentence
-      const t = Date.now();
       setTimeout(() => show(id, 10, t), 30);
     }
     const pv = e.target.closest && e.target.closest('button.mg-pageview[data-pv]');
