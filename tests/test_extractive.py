@@ -221,6 +221,21 @@ def test_a_pronoun_lead_brings_its_antecedent(local_embedder):
     assert answer.index("Nikola Tesla enrolled") < answer.index("He finished")
 
 
+def test_a_pronoun_led_answer_still_leads_when_the_question_names_its_subject(local_embedder):
+    passage = src(
+        1,
+        "Paul Marin de la Malgue was a French officer, born in Montreal in 1692 to a family of "
+        "soldiers. He first built a fort at Presque Isle on the south shore of Lake Erie. The "
+        "winter that followed was hard, and many of the men fell ill.",
+    )
+    answerer = ExtractiveAnswerer(embedder=local_embedder)
+    answer = answerer.compose("Where did Marin build his first fort?", [passage], [])
+    assert answer.startswith("He first built a fort at Presque Isle")
+    assert "Paul Marin de la Malgue" in answer  # who "he" is, after the answer
+    follow_up = answerer.compose("Where did he build his first fort?", [passage], [])
+    assert follow_up.index("Paul Marin") < follow_up.index("He first built")
+
+
 def test_says_when_nothing_matches(local_embedder):
     answer = ExtractiveAnswerer(embedder=local_embedder).compose(
         "What is the boiling point of liquid nitrogen?", PASSAGES, []

@@ -110,6 +110,8 @@ PRONOUN_STARTS = _wordset(
     "he she it they his her its their this these those that such there however but"
 )
 WORD_RE = re.compile(r"\w+", re.UNICODE)
+# a question holding one of these leans on an earlier sentence for whom or what it asks about
+QUESTION_PRONOUNS = _wordset("he him she it they them")  # not "his": "Marin … his fort"
 # a sentence ends at . ! ? (optionally closed by quotes/brackets) before whitespace and a capital,
 # digit or opening quote; abbreviations such as "e.g." or "Mr." are protected below
 SENTENCE_END_RE = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9À-ÖØ-Þ])")
@@ -637,6 +639,7 @@ class ExtractiveAnswerer:
         self.score(rewrite.query, cands, question, rewrite.topic)
         said = _already_said(history)
         opening = ""
+        joined: set[Candidate] = set()  # the further sentences the learned model lets join
         pool = [c for c in cands if c.vector is not None]
         score_of: Any = lambda c: c.score  # noqa: E731 - how a continuation compares to the lead
         if self.strategy == "learned" and pool:
@@ -654,6 +657,7 @@ class ExtractiveAnswerer:
             if unlikely or max(base.values()) < MIN_RELEVANCE:
                 return NOTHING_FOUND.format(n=best.n, text=_clip(best.text, 240))
             chosen = self.choose_learned(ranked, said, model, likely)
+            joined = set(chosen[1:])
             score_of = lambda c: base.get(id(c), 0.0)  # noqa: E731 - as the "answer" strategy
             span = answer_span(question, chosen[0].text)
             opening = f"**{span}** — " if span else ""
@@ -666,12 +670,17 @@ class ExtractiveAnswerer:
         lead, rest = chosen[:1], chosen[1:]
         best = lead[0]
         if self.strategy == "learned" and _pronoun_led(best) and best.previous is not None:
-            # "His son published the note": back to the sentence that names who (two at most)
+            # "His son published the note": the sentence that names who (two at most) comes
+            # with it. It goes first when the question says "he" / "it" itself (a follow-up,
+            # whose reader needs the name) or when it is likely enough to join the answer on
+            # its own (the two are one statement, read in order); else after it, so the
+            # sentence likeliest to hold the answer leads
             context = [best.previous]
             while _pronoun_led(context[0]) and context[0].previous is not None and len(context) < 2:
                 context.insert(0, context[0].previous)
             context = [c for c in context if _normalized(c.text) not in said]
-            lead = context + lead
+            named_first = _refers_back(question) or any(c in joined for c in context)
+            lead = context + lead if named_first else lead + context
             rest = [c for c in rest if c not in context][: max(0, MAX_SENTENCES - len(lead))]
         elif (
             best.previous is not None
@@ -791,6 +800,11 @@ def _follow_up_meaning(
 
 def _pronoun_led(c: Candidate) -> bool:
     return c.text.split()[0].lower().strip(",") in PRONOUN_STARTS
+
+
+def _refers_back(question: str) -> bool:
+    """The question names its subject only by a pronoun ("When did he finish?")."""
+    return not QUESTION_PRONOUNS.isdisjoint(WORD_RE.findall(question.lower()))
 
 
 def _continues(best: Candidate, said: set[str], score_of: Any = None) -> bool:
