@@ -35,8 +35,6 @@ from marginalia_core.providers.answerers.extractive import (  # noqa: E402
 )
 from marginalia_core.workspace import Workspace  # noqa: E402
 
-COLLECTED = (0, 1, 2, 3, 4)  # the groups the shipped weights were fitted and tuned on
-
 
 def group_rows(part: str, group: Sequence[str]) -> list[dict]:
     """Per question of ``group``: does the top-ranked sentence, the answer's first sentence,
@@ -77,7 +75,8 @@ def group_rows(part: str, group: Sequence[str]) -> list[dict]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--groups", nargs="+", type=int, default=list(COLLECTED))
+    parser.add_argument("--groups", nargs="+", type=int,
+                        default=list(range(len(trainer.groups()))))
     args = parser.parse_args(argv)
     groups = trainer.groups()
     rows: list[dict] = []

@@ -57,6 +57,11 @@ EXCLUDED = {*sa.HELDOUT_ARTICLES, "Victoria_(Australia)", "Packet_switching", "P
             "Harvard_University", "Ctenophora", "Super_Bowl_50"}
 TUNE_EVERY = 4  # every 4th train article (sorted by name) is a tune article
 GROUP = 5  # articles indexed together
+# The weights are fitted on the first 5 groups (3 fit, 2 tune). The 12 train articles after them
+# were never collected since, and 5 of those, named before any result, are a second held-out
+# split (benchmarks/README.md, key fresh22): Martin_Luther, Pharmacy, Sky_(United_Kingdom),
+# Teacher, Victoria_and_Albert_Museum. All 27 fit articles were tried once (no gain).
+GROUPS = 5
 QUESTIONS_PER_ARTICLE = 30
 SEED = 22
 L2 = 1.0
@@ -90,7 +95,7 @@ def groups() -> list[tuple[str, list[str]]]:
         for pending in (fit, tune):
             if pending:
                 out.append(pending.pop(0))
-    return out
+    return out[:GROUPS]
 
 
 def group_file(part: str, group: Sequence[str]) -> Path:
