@@ -73,6 +73,7 @@ class CachedEmbedder:
         self.inner = LocalEmbedder()
         self.model, self.dimension, self.key = self.inner.model, self.inner.dimension, self.inner.key
         self.default_threshold = self.inner.default_threshold
+        self.batch_size = self.inner.batch_size  # the ingestion pipeline sizes its slices by it
         self.cache = EmbeddingCache(self.key, self.dimension, root=CACHE_DIR)
 
     def embed_documents(self, texts, progress=None):
@@ -219,8 +220,16 @@ def _pdf_library(path: Path, emb: CachedEmbedder, files: list[Path]) -> Store:
     store = _fresh(path)
     settings = Settings(db_path=str(path))
     passwords = _pdf_passwords()
+    failed = {}
     for pdf in files:
-        list(ingest_path(store, emb, settings, pdf, password=passwords.get(pdf.name)))
+        end = list(ingest_path(store, emb, settings, pdf, password=passwords.get(pdf.name)))[-1]
+        if end["type"] != "done":
+            failed[pdf.name] = end.get("message", end["type"])
+    for name, message in failed.items():  # the shared set has broken files on purpose
+        print(f"not indexed: {name}: {message}", file=sys.stderr)
+    if len(failed) == len(files):  # every file: the benchmark is broken, not the PDFs
+        path.unlink()
+        raise SystemExit(f"no PDF could be indexed for {path.name}; first: {next(iter(failed.values()))}")
     return store
 
 
