@@ -6,6 +6,7 @@ a real PostgreSQL, the real local embedder, real subprocesses."""
 from __future__ import annotations
 
 import io
+import select
 import signal
 import subprocess
 import sys
@@ -333,8 +334,11 @@ def test_job_views_poll_fast_only_while_a_job_is_queued_or_running(workspace):
     assert JOB_POLL_S < JOB_IDLE_POLL_S
 
 
-APP_LIKE_CHILD = """
+ENDED = "ended before it was seen embedding"
+BOOK_PAGES = (12, 48, 160)  # a longer book when the job ended before the child looked
+APP_LIKE_CHILD = f"""
 import sys, time
+ENDED = {ENDED!r}
 from marginalia_core.config import Settings
 from marginalia_core.workspace import Workspace
 sys.path.insert(0, sys.argv[3])
@@ -342,8 +346,11 @@ from pdf_maker import long_pdf
 ws = Workspace(Settings(db_path=sys.argv[1], embedder="local", answerer="extractive"))
 ws.start_worker()
 [job] = ws.submit([("book.pdf", long_pdf(int(sys.argv[2])))])
-while ws.job(job.id).stage != "embedding":
-    time.sleep(0.05)
+while (seen := ws.job(job.id)).stage != "embedding":
+    if not seen.active:  # on a busy machine the book may be indexed between two looks
+        print(ENDED, flush=True)
+        raise SystemExit(3)
+    time.sleep(0.02)
 print(job.id, flush=True)
 while True:  # the main thread waits, as Streamlit's server loop does, until Ctrl-C
     time.sleep(0.2)
@@ -359,22 +366,32 @@ def test_ctrl_c_while_indexing_exits_cleanly_and_the_job_resumes(db_path, local_
 
     from marginalia_core.config import Settings
 
-    child = subprocess.Popen(
-        [sys.executable, "-c", APP_LIKE_CHILD, str(db_path), "12", str(ROOT / "tests")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=offline_cli_env(),
-        cwd=ROOT,
-    )
-    try:
-        job_id = child.stdout.readline().strip()
-        assert job_id, child.stderr.read()
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=WAIT_S)
-    finally:
-        if child.poll() is None:
-            child.kill()
+    for pages in BOOK_PAGES:
+        path = db_path.with_name(f"book-{pages}-{db_path.name}")  # a fresh library each time
+        child = subprocess.Popen(
+            [sys.executable, "-c", APP_LIKE_CHILD, str(path), str(pages), str(ROOT / "tests")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=offline_cli_env(),
+            cwd=ROOT,
+        )
+        try:
+            # never block for ever on a child that prints nothing
+            ready, _, _ = select.select([child.stdout], [], [], WAIT_S)
+            job_id = child.stdout.readline().strip() if ready else ""
+            assert job_id, f"the child said nothing in {WAIT_S} s"
+            if job_id == ENDED:
+                child.communicate(timeout=WAIT_S)
+                continue
+            child.send_signal(signal.SIGINT)
+            _, err = child.communicate(timeout=WAIT_S)
+            break
+        finally:
+            if child.poll() is None:
+                child.kill()
+    else:
+        pytest.fail(f"every book, up to {pages} pages, was indexed before the child looked")
     assert "terminate called" not in err and child.returncode != -signal.SIGABRT, err[-2000:]
     assert "KeyboardInterrupt" in err  # Python's own report of the Ctrl-C, nothing worse
-    ws = Workspace(Settings(db_path=str(db_path), embedder="local", answerer="extractive"))
+    ws = Workspace(Settings(db_path=str(path), embedder="local", answerer="extractive"))
     ws.__dict__["embedder"] = local_embedder
     try:
         job = ws.job(job_id)
