@@ -39,10 +39,7 @@ from marginalia_core.workspace import Workspace  # noqa: E402
 def group_rows(part: str, group: Sequence[str]) -> list[dict]:
     """Per question of ``group``: does the top-ranked sentence, the answer's first sentence,
     the whole answer hold a gold answer; was it refused."""
-    questions: list[dict] = []
-    for title in group:
-        questions += sa.sample_questions(sa.load_questions([title]),
-                                         trainer.QUESTIONS_PER_ARTICLE, trainer.SEED)
+    questions = trainer.group_questions(group)
     model = selector.load_model()
     rows = []
     with tempfile.TemporaryDirectory(prefix="compose-lead-") as tmp:

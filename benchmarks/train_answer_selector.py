@@ -102,6 +102,14 @@ def group_file(part: str, group: Sequence[str]) -> Path:
     return ROWS.parent / f"selector_rows-{part}-{group[0]}-{len(group)}-{QUESTIONS_PER_ARTICLE}.npz"
 
 
+def group_questions(group: Sequence[str]) -> list[dict]:
+    """The fixed-seed sample of each article's questions, article by article."""
+    questions: list[dict] = []
+    for title in group:
+        questions += sa.sample_questions(sa.load_questions([title]), QUESTIONS_PER_ARTICLE, SEED)
+    return questions
+
+
 def collect(group: Sequence[str], part: str) -> dict[str, list[Any]]:
     """Feature rows of every question of ``group`` (answerable and asked elsewhere)."""
     out: dict[str, list[Any]] = {"x": [], "y": [], "q": [], "answerable": [], "part": [],
@@ -110,10 +118,7 @@ def collect(group: Sequence[str], part: str) -> dict[str, list[Any]]:
     if True:
         group = list(group)
         texts = sa.load_articles(group)
-        questions: list[dict] = []
-        for title in group:
-            questions += sa.sample_questions(sa.load_questions([title]), QUESTIONS_PER_ARTICLE,
-                                             SEED)
+        questions = group_questions(group)
         with tempfile.TemporaryDirectory(prefix="selector-") as tmp:
             settings = Settings(db_path=str(Path(tmp) / "s.db"), embedder="local",
                                 answerer="extractive")
