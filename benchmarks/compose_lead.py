@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,47 +25,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import squad_answers as sa  # noqa: E402
 import train_answer_selector as trainer  # noqa: E402
 
-from marginalia_core.config import Settings  # noqa: E402
-from marginalia_core.ingest.pipeline import ingest_bytes  # noqa: E402
 from marginalia_core.providers.answerers import selector  # noqa: E402
 from marginalia_core.providers.answerers.extractive import (  # noqa: E402
     ExtractiveAnswerer,
     is_refusal,
 )
-from marginalia_core.workspace import Workspace  # noqa: E402
 
 
 def group_rows(part: str, group: Sequence[str]) -> list[dict]:
     """Per question of ``group``: does the top-ranked sentence, the answer's first sentence,
     the whole answer hold a gold answer; was it refused."""
-    questions = trainer.group_questions(group)
     model = selector.load_model()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="compose-lead-") as tmp:
-        settings = Settings(db_path=str(Path(tmp) / "c.db"), embedder="local",
-                            answerer="extractive")
-        ws = Workspace(settings)
-        try:
-            embedder = sa.CachedEmbedder(ws.embedder)
-            for title, text in sa.load_articles(list(group)).items():
-                list(ingest_bytes(ws.store, embedder, settings, f"{title}.txt", text.encode()))
-            answerer = ExtractiveAnswerer(settings, embedder=ws.embedder, strategy="learned")
-            for q in questions:
-                sources = ws.sources(ws.search(q["question"]))
-                pool, x = answerer.featurize(q["question"], sources)
-                answer = answerer.compose(q["question"], sources)
-                best = pool[int(np.argmax(model.ranks(x)))].text if pool else ""
-                rows.append({
-                    "part": part,
-                    "pool": any(sa.contains_answer(c.text, q["answers"]) for c in pool),
-                    "best": bool(best) and sa.contains_answer(best, q["answers"]),
-                    "lead": sa.contains_answer(sa.first_sentence(sa.strip_marks(answer)),
-                                               q["answers"]),
-                    "whole": sa.contains_answer(sa.strip_marks(answer), q["answers"]),
-                    "refused": is_refusal(answer),
-                })
-        finally:
-            ws.close()
+    with trainer.indexed_group(group) as (ws, _):
+        answerer = ExtractiveAnswerer(ws.settings, embedder=ws.embedder, strategy="learned")
+        for q in trainer.group_questions(group):
+            sources = ws.sources(ws.search(q["question"]))
+            pool, x = answerer.featurize(q["question"], sources)
+            answer = answerer.compose(q["question"], sources)
+            best = pool[int(np.argmax(model.ranks(x)))].text if pool else ""
+            rows.append({
+                "part": part,
+                "pool": any(sa.contains_answer(c.text, q["answers"]) for c in pool),
+                "best": bool(best) and sa.contains_answer(best, q["answers"]),
+                "lead": sa.contains_answer(sa.first_sentence(sa.strip_marks(answer)),
+                                           q["answers"]),
+                "whole": sa.contains_answer(sa.strip_marks(answer), q["answers"]),
+                "refused": is_refusal(answer),
+            })
     return rows
 
 

@@ -33,7 +33,8 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -110,59 +111,61 @@ def group_questions(group: Sequence[str]) -> list[dict]:
     return questions
 
 
+@contextmanager
+def indexed_group(group: Sequence[str]) -> Iterator[tuple[Workspace, dict[str, str]]]:
+    """A temporary offline library of ``group``'s articles, indexed by the project's ingestion
+    (chunk vectors from the benchmarks' cache): the workspace and {article: document id}."""
+    from marginalia_core.ingest.pipeline import ingest_bytes
+
+    with tempfile.TemporaryDirectory(prefix="selector-") as tmp:
+        ws = Workspace(Settings(db_path=str(Path(tmp) / "s.db"), embedder="local",
+                                answerer="extractive"))
+        try:
+            embedder = sa.CachedEmbedder(ws.embedder)
+            ids = {}
+            for title, text in sa.load_articles(list(group)).items():
+                for event in ingest_bytes(ws.store, embedder, ws.settings, f"{title}.txt",
+                                          text.encode("utf-8")):
+                    if event["type"] == "done":
+                        ids[title] = event["document"]["id"]
+            yield ws, ids
+        finally:
+            ws.close()
+
+
 def collect(group: Sequence[str], part: str) -> dict[str, list[Any]]:
     """Feature rows of every question of ``group`` (answerable and asked elsewhere)."""
     out: dict[str, list[Any]] = {"x": [], "y": [], "q": [], "answerable": [], "part": [],
                                  "base": []}
     qid = 0
-    if True:
-        group = list(group)
-        texts = sa.load_articles(group)
-        questions = group_questions(group)
-        with tempfile.TemporaryDirectory(prefix="selector-") as tmp:
-            settings = Settings(db_path=str(Path(tmp) / "s.db"), embedder="local",
-                                answerer="extractive")
-            ws = Workspace(settings)
-            try:
-                embedder = sa.CachedEmbedder(ws.embedder)
-                ids = {}
-                for title, text in texts.items():
-                    from marginalia_core.ingest.pipeline import ingest_bytes
-
-                    for event in ingest_bytes(ws.store, embedder, settings, f"{title}.txt",
-                                              text.encode("utf-8")):
-                        if event["type"] == "done":
-                            ids[title] = event["document"]["id"]
-                answerer = ExtractiveAnswerer(settings, embedder=MemoEmbedder(ws.embedder),
-                                              strategy="learned")
-                for q in questions:
-                    others = [t for t in group if t != q["article"]]
-                    elsewhere = others[qid % len(others)] if others else None
-                    for answerable, scope in ((True, None), (False, elsewhere)):
-                        if scope is None and not answerable:
-                            continue
-                        hits = ws.search(q["question"],
-                                         documents=None if scope is None else [ids[scope]])
-                        pool, x = answerer.featurize(q["question"], ws.sources(hits))
-                        for c, row in zip(pool, x, strict=True):
-                            out["x"].append(row)
-                            out["base"].append(c.score)  # the "answer" strategy's score
-                            out["y"].append(answerable and sa.contains_answer(c.text,
-                                                                              q["answers"]))
-                            out["q"].append(qid)
-                            out["answerable"].append(answerable)
-                            out["part"].append(part)
-                        if not pool:  # nothing retrieved or no sentence: an empty question
-                            out["x"].append(np.full(len(selector.FEATURES), np.nan))
-                            out["base"].append(np.nan)
-                            out["y"].append(False)
-                            out["q"].append(qid)
-                            out["answerable"].append(answerable)
-                            out["part"].append(part)
-                        qid += 1
-            finally:
-                ws.close()
-        print(f"{part}: {group} -> {len(out['y'])} rows", file=sys.stderr)
+    group = list(group)
+    with indexed_group(group) as (ws, ids):
+        answerer = ExtractiveAnswerer(ws.settings, embedder=MemoEmbedder(ws.embedder),
+                                      strategy="learned")
+        for q in group_questions(group):
+            others = [t for t in group if t != q["article"]]
+            elsewhere = others[qid % len(others)] if others else None
+            for answerable, scope in ((True, None), (False, elsewhere)):
+                if scope is None and not answerable:
+                    continue
+                hits = ws.search(q["question"], documents=None if scope is None else [ids[scope]])
+                pool, x = answerer.featurize(q["question"], ws.sources(hits))
+                for c, row in zip(pool, x, strict=True):
+                    out["x"].append(row)
+                    out["base"].append(c.score)  # the "answer" strategy's score
+                    out["y"].append(answerable and sa.contains_answer(c.text, q["answers"]))
+                    out["q"].append(qid)
+                    out["answerable"].append(answerable)
+                    out["part"].append(part)
+                if not pool:  # nothing retrieved or no sentence: an empty question
+                    out["x"].append(np.full(len(selector.FEATURES), np.nan))
+                    out["base"].append(np.nan)
+                    out["y"].append(False)
+                    out["q"].append(qid)
+                    out["answerable"].append(answerable)
+                    out["part"].append(part)
+                qid += 1
+    print(f"{part}: {group} -> {len(out['y'])} rows", file=sys.stderr)
     return out
 
 

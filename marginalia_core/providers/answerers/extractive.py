@@ -639,7 +639,6 @@ class ExtractiveAnswerer:
         self.score(rewrite.query, cands, question, rewrite.topic)
         said = _already_said(history)
         opening = ""
-        joined: set[Candidate] = set()  # the further sentences the learned model lets join
         pool = [c for c in cands if c.vector is not None]
         score_of: Any = lambda c: c.score  # noqa: E731 - how a continuation compares to the lead
         if self.strategy == "learned" and pool:
@@ -657,7 +656,6 @@ class ExtractiveAnswerer:
             if unlikely or max(base.values()) < MIN_RELEVANCE:
                 return NOTHING_FOUND.format(n=best.n, text=_clip(best.text, 240))
             chosen = self.choose_learned(ranked, said, model, likely)
-            joined = set(chosen[1:])
             score_of = lambda c: base.get(id(c), 0.0)  # noqa: E731 - as the "answer" strategy
             span = answer_span(question, chosen[0].text)
             opening = f"**{span}** — " if span else ""
@@ -679,7 +677,7 @@ class ExtractiveAnswerer:
             while _pronoun_led(context[0]) and context[0].previous is not None and len(context) < 2:
                 context.insert(0, context[0].previous)
             context = [c for c in context if _normalized(c.text) not in said]
-            named_first = _refers_back(question) or any(c in joined for c in context)
+            named_first = _refers_back(question) or any(c in rest for c in context)
             lead = context + lead if named_first else lead + context
             rest = [c for c in rest if c not in context][: max(0, MAX_SENTENCES - len(lead))]
         elif (
