@@ -448,6 +448,11 @@ def term_spans(content: str, terms: Sequence[str]) -> list[tuple[int, int]]:
 # ---------------------------------------------------------------------------------------------
 # numbers and labels
 
+def plural(n: int, word: str) -> str:
+    """"1 question", "2 questions": a count a person reads, never "question(s)"."""
+    return f"{n:,} {word}{'s' * (n != 1)}"
+
+
 def format_size(n: int | float | None) -> str:
     if n is None:
         return "–"
@@ -542,7 +547,7 @@ def health_summary(doc: Document) -> str:
             parts.append(f"{unit}{words}")
     tables = int(health.get("tables") or 0)
     if tables:
-        parts.append(_plural(tables, "table"))
+        parts.append(plural(tables, "table"))
     return " · ".join(parts) if parts else "all read"
 
 
@@ -557,7 +562,7 @@ def health_details(doc: Document) -> list[str]:
             lines.append(f"{words}: pages {page_ranges(pages)}" if paged else words)
     tables = int(health.get("tables") or 0)
     if tables:
-        lines.append(f"{_plural(tables, 'table')} found (their cells are read as text)")
+        lines.append(f"{plural(tables, 'table')} found (their cells are read as text)")
     return lines
 
 
@@ -640,7 +645,7 @@ def stage_progress(event: dict[str, Any]) -> tuple[float, str]:
         share = done / total if total else 1.0
         cached = int(event.get("cached") or 0)
         if not total:
-            return 0.95, f"All {_plural(cached, 'passage')} embedded before: reused"
+            return 0.95, f"All {plural(cached, 'passage')} embedded before: reused"
         reused = f" ({cached:,} reused)" if cached else ""
         return 0.15 + 0.8 * share, f"Embedding passages {done}/{total}{reused}"
     if stage == "storing":
@@ -666,10 +671,6 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'s' * (n != 1)}"
-
-
 def job_progress(job: Any, now: datetime | None = None) -> tuple[float, str]:
     """(fraction 0..1, one plain line) for an ingestion job: file i of n, pages read, passages
     embedded, elapsed and time left. ``job`` is an ``ingest.jobs.Job``."""
@@ -682,7 +683,7 @@ def job_progress(job: Any, now: datetime | None = None) -> tuple[float, str]:
     if job.pages_total > 1:
         parts.append(f"page {job.pages_done:,} of {job.pages_total:,}")
     if job.chunks_total:
-        parts.append(f"{job.chunks_done:,} of {_plural(job.chunks_total, 'passage')} embedded")
+        parts.append(f"{job.chunks_done:,} of {plural(job.chunks_total, 'passage')} embedded")
     elif job.stage in ("", "extracting") and job.pages_total <= 1:
         parts.append("reading")
     if job.cancel_requested:

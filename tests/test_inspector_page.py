@@ -213,7 +213,8 @@ def test_make_evaluate_sweep_save_and_compare(app_env):
     assert [number(r["rank in B"]) for r in deltas] == [d.rank_b for d in cmp.deltas]
     assert [r["gained in B"] for r in deltas] == ["; ".join(d.gained) for d in cmp.deltas]
     assert cmp.better >= 1  # the strict threshold loses passages the suggested one finds
-    assert any(f"{cmp.better} question(s) better, {cmp.worse} worse" in m.value
+    noun = "question" if cmp.better == 1 else "questions"
+    assert any(f"{cmp.better} {noun} better, {cmp.worse} worse" in m.value
                for m in at.markdown)
 
     # configurations you can move: apply B from Compare, load one, reset to the defaults

@@ -115,7 +115,7 @@ def test_make_a_set_evaluate_sweep_and_compare(page):  # noqa: F811 - the import
         fill(page, "Question set", "browser set")
         page.get_by_role("button", name="Save question").click()
         idle(page)
-        expect(page.get_by_text(f"browser set has {n} question(s)")).to_be_visible()
+        expect(page.get_by_text(f"browser set has {n} question{'s' * (n != 1)}.")).to_be_visible()
     page.wait_for_timeout(500)
     screenshot(page, "screenshot-lab-questions.png")
 
@@ -160,7 +160,7 @@ def test_make_a_set_evaluate_sweep_and_compare(page):  # noqa: F811 - the import
     section(page, "Compare")
     page.get_by_role("button", name="Compare", exact=True).click()
     idle(page)
-    expect(page.get_by_text(re.compile(r"\d question\(s\) better, \d worse"))).to_be_visible()
+    expect(page.get_by_text(re.compile(r"\d questions? better, \d worse"))).to_be_visible()
     expect(page.locator('[data-testid="stMetric"]').filter(has_text="Right on top")
            ).to_be_visible()
     assert_readable(page)
@@ -246,7 +246,7 @@ def test_suggestion_keeps_recall_load_apply_b_and_why_wasnt_it_found(lab_page, t
     fill(page, "Name of the imported set", "tuning set")
     page.get_by_role("button", name="Import", exact=True).click()
     idle(page)
-    expect(page.get_by_text("Imported 8 question(s) into tuning set.")).to_be_visible()
+    expect(page.get_by_text("Imported 8 questions into tuning set.")).to_be_visible()
 
     # the threshold sweep: best F1 loses a ticked passage, the suggestion keeps them all
     section(page, "Evaluate and tune")
@@ -296,7 +296,7 @@ def test_suggestion_keeps_recall_load_apply_b_and_why_wasnt_it_found(lab_page, t
         choose(page, f"inspector_cfg_{side.lower()}", name)
     page.get_by_role("button", name="Compare", exact=True).click()
     idle(page)
-    expect(page.get_by_text(re.compile(r"\d question\(s\) better, \d worse"))).to_be_visible()
+    expect(page.get_by_text(re.compile(r"\d questions? better, \d worse"))).to_be_visible()
     assert_readable(page)
     page.get_by_role("button", name="Apply B to Chat").click()
     idle(page)
@@ -321,7 +321,7 @@ def test_suggestion_keeps_recall_load_apply_b_and_why_wasnt_it_found(lab_page, t
     rerun.click()
     idle(page)
     expect(why).to_contain_text(f"With {fix}, this passage is found.")
-    expect(why).to_contain_text(re.compile(r"What else changes on the set: \d+ question\(s\) "
+    expect(why).to_contain_text(re.compile(r"What else changes on the set: \d+ questions? "
                                            r"better, \d+ worse"))
     assert_readable(page)
     why.scroll_into_view_if_needed()

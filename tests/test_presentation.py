@@ -238,3 +238,9 @@ def test_job_progress_line_says_file_pages_passages_and_time():
     assert "left" not in job_progress(cancelling, start + timedelta(seconds=5))[1]
     assert [format_duration(s) for s in (None, 4.4, 65, 3725)] == [
         "", "4 s", "1 min 05 s", "1 h 02 min"]
+
+
+def test_plural_counts_read_as_words_never_with_parenthesised_s():
+    assert fmt.plural(1, "question") == "1 question"
+    assert fmt.plural(0, "question") == "0 questions"
+    assert fmt.plural(1200, "expected answer") == "1,200 expected answers"

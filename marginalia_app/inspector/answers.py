@@ -120,4 +120,4 @@ def editor(lab: RetrievalLab, names: list[str]) -> None:
     if st.button("Save expected answers", key="inspector_answers_save",
                  icon=":material/save:", disabled=not changed) and \
             run_guarded(lab.set_answers, name, changed) is not None:
-        st.success(f"Saved {len(changed)} expected answer(s).", icon=":material/check_circle:")
+        st.success(f"Saved {fmt.plural(len(changed), 'expected answer')}.", icon=":material/check_circle:")

@@ -76,7 +76,7 @@ def _results(c: Controls, name: str, a: str, b: str, cmp) -> None:
     lab = c.lab
     k = cmp.b.config.top_k
     st.markdown(f"**B ({fmt.escape_inline(b)}) against A ({fmt.escape_inline(a)})** · "
-                f"{cmp.better} question(s) better, {cmp.worse} worse")
+                f"{fmt.plural(cmp.better, 'question')} better, {cmp.worse} worse")
     metric_row(cmp.b.metrics, k, cmp.a.metrics)
     show_table([{"measure": key, "a": cmp.a.metrics[key], "b": cmp.b.metrics.get(key, 0.0),
                  "change": change(cmp.b.metrics.get(key, 0.0) - cmp.a.metrics[key])}

@@ -36,7 +36,7 @@ def save_question(lab: RetrievalLab, question: str, ticked: list[int], digest: s
     for chunk_id in ticked:
         state[f"tick-{digest}-{chunk_id}"] = False
     state["inspector_set"] = state["_kept_inspector_set"] = summary.name
-    state["inspector_saved"] = f"Saved. {summary.name} has {summary.questions} question(s)."
+    state["inspector_saved"] = f"Saved. {summary.name} has {fmt.plural(summary.questions, 'question')}."
 
 
 def show(ws: Workspace, c: Controls) -> None:
@@ -113,7 +113,7 @@ def _import(lab: RetrievalLab) -> None:
         summary = run_guarded(lab.import_upload, {f.name: f.getvalue() for f in files},
                               name=iname)
         if summary is not None:
-            st.success(f"Imported {summary.questions} question(s) into "
+            st.success(f"Imported {fmt.plural(summary.questions, 'question')} into "
                        f"{fmt.escape_inline(summary.name)}.", icon=":material/check_circle:")
 
 

@@ -46,7 +46,7 @@ def _set(values: dict[str, Any]) -> None:
 
 def _empty_warning(where: str, empty: tuple[str, ...]) -> None:
     if empty:
-        st.warning(f"{where}, {len(empty)} question(s) would get no passage at all: "
+        st.warning(f"{where}, {fmt.plural(len(empty), 'question')} would get no passage at all: "
                    + "; ".join(f"“{fmt.escape_inline(q, 80)}”" for q in empty[:3])
                    + ("…" if len(empty) > 3 else ""), icon=":material/warning:")
 

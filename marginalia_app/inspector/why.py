@@ -94,7 +94,7 @@ def _rerun(c: Controls, r: MissReport, cmp: ev.Comparison) -> None:
             f"With {r.fix_label}, this passage is "
             + ("found." if found else "still not among those returned."),
             icon=":material/check_circle:" if found else ":material/warning:")
-    st.caption(f"What else changes on the set: {cmp.better} question(s) better, "
+    st.caption(f"What else changes on the set: {fmt.plural(cmp.better, 'question')} better, "
                f"{cmp.worse} worse (change against the settings now).")
     metric_row(cmp.b.metrics, cmp.b.config.top_k, cmp.a.metrics)
     changed = [d for d in cmp.deltas if d.gained or d.lost or d.shift]
