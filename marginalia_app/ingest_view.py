@@ -128,7 +128,7 @@ def _status_state(outcome: IngestOutcome) -> str:
 def outcome_label(outcome: IngestOutcome) -> str:
     name = fmt.escape_inline(outcome.name, 80)
     if outcome.state == "indexed":
-        label = f"{name} — indexed: {outcome.chunks} passage{'s' * (outcome.chunks != 1)}"
+        label = f"{name} — indexed: {fmt.plural(outcome.chunks, 'passage')}"
         extent = formats.extent(outcome.mime, outcome.pages or 1)
         if not extent:  # a text or markdown file is not "1 page"
             return label
@@ -310,7 +310,7 @@ def _show_indicator(ws: Workspace, jobs: list[Job], documents_page: Any) -> None
         if active:
             running = [j for j in active if j.status == "running"]
             waiting = len(active) - len(running)
-            head = f"**Indexing {len(active)} file{'s' * (len(active) != 1)}**"
+            head = f"**Indexing {fmt.plural(len(active), 'file')}**"
             if waiting:
                 head += f" · {waiting} waiting"
             st.markdown(head)

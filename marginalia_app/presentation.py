@@ -637,7 +637,7 @@ def stage_progress(event: dict[str, Any]) -> tuple[float, str]:
         return 0.05 + 0.05 * share, f"Reading scanned pages by OCR {done}/{total}"
     if stage == "chunking":
         if "chunks" in event:
-            return 0.15, f"Split into {event['chunks']} passages"
+            return 0.15, f"Split into {plural(int(event['chunks']), 'passage')}"
         return 0.1, "Splitting into passages…"
     if stage == "embedding":
         total = int(event.get("total") or 0)

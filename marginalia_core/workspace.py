@@ -363,8 +363,8 @@ class Workspace:
             self._worker.wake()
         return jobs
 
-    def clear_finished_jobs(self) -> int:
-        return self.job_queue.clear_finished()
+    def clear_finished_jobs(self, batch_id: str | None = None) -> int:
+        return self.job_queue.clear_finished(batch_id)
 
     def ingest_files(
         self, paths: Iterable[str | Path], *, password: str | None = None

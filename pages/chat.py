@@ -356,7 +356,7 @@ def render_conversation_header(conversation: Conversation, count: int) -> None:
             st.caption(
                 f"Started {fmt.escape_inline(fmt.format_created(conversation.created))} · "
                 f"last message {fmt.escape_inline(fmt.format_created(conversation.updated))}"
-                f" · {count} message{'s' * (count != 1)}"
+                f" · {fmt.plural(count, 'message')}"
             )
         with (
             st.popover("Rename", icon=":material/edit:", key=f"rename-pop-{cid}",
@@ -411,7 +411,7 @@ def render_empty_state(documents: list[Document]) -> None:
     count = len(documents)
     if not samples_in_library(documents):
         st.caption(
-            f"{count} document{'s' * (count != 1)} in your library. Type a question below."
+            f"{fmt.plural(count, 'document')} in your library. Type a question below."
         )
         return
     st.caption("Try one of these, or type your own question below.")
@@ -603,7 +603,7 @@ if state.pop("index_samples", False):
         results = index_samples(ws)
         added = sum(r.state == "indexed" for r in results)
         heading.markdown(
-            f"**Added {added} sample document{'s' * (added != 1)}.** Ask one of the questions "
+            f"**Added {fmt.plural(added, 'sample document')}.** Ask one of the questions "
             "below, or your own."
         )
     state["upload_results"] = results

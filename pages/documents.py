@@ -3,6 +3,8 @@ re-index documents that another embedder indexed."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pandas as pd
 import streamlit as st
 
@@ -22,6 +24,8 @@ from marginalia_app.shell import page, page_script
 from marginalia_core.errors import NotFoundError
 from marginalia_core.ingest import formats
 
+RECENT_REFUSAL_H = 24  # a refusal no open tab saw (a reload, another browser) is shown this long
+
 ws = page()
 settings = ws.settings
 state = st.session_state
@@ -40,12 +44,41 @@ def _delete(ids: list[str]) -> None:
     deleted = sum(ws.delete_document(i) for i in ids)
     state.pop("confirm_delete_documents", None)
     state["delete_selection"] = []
-    state["flash"] = f"Deleted {deleted} document{'s' * (deleted != 1)}."
+    state["flash"] = f"Deleted {fmt.plural(deleted, 'document')}."
 
 
 def _clear_results() -> None:
+    """Dismiss the last upload's outcomes here and in the library's job list, so a reload
+    does not bring them back (a refusal still holding its upload stays: it awaits a person)."""
     state.pop("upload_results", None)
-    state.pop("upload_batch", None)
+    state.pop("upload_batch_when", None)
+    if state.pop("upload_batch", None) and (batch_id := state.pop("upload_batch_id", None)):
+        ws.clear_finished_jobs(batch_id)
+
+
+def _adopt_unseen_refusal() -> None:
+    """Once per browser session, with no upload of its own: show the library's newest upload
+    batch if it ended with a refusal in the last day. Its tab showed that as it happened; a
+    reload, or the tab closed while the files were indexed in the background, would otherwise
+    never say which file was not added and why."""
+    if state.get("upload_batch") or state.get("upload_results") or state.get("_looked_back"):
+        return
+    state["_looked_back"] = True
+    jobs = ws.jobs()
+    ended = [j for j in jobs if not j.active and not j.resumable]
+    if not ended:
+        return
+    batch_id = ended[0].batch_id  # the newest ended job's batch
+    if any(j.batch_id == batch_id and (j.active or j.resumable) for j in jobs):
+        return  # still indexing: the queue shows it, and its outcomes once it ends
+    batch = sorted((j for j in ended if j.batch_id == batch_id), key=lambda j: j.position)
+    finished = fmt.parse_created(max(j.finished or j.created for j in batch))
+    recent = finished is not None and datetime.now() - finished < timedelta(hours=RECENT_REFUSAL_H)
+    # a refusal still holding its upload (a password to give) has its own card below already
+    if recent and any(j.status == "refused" and not j.has_data for j in batch):
+        state["upload_batch"] = [j.id for j in batch]
+        state["upload_batch_id"] = batch_id
+        state["upload_batch_when"] = fmt.format_created(batch[0].created)
 
 
 def _batch_outcomes() -> tuple[list, dict[int, str]] | None:
@@ -85,7 +118,7 @@ if mismatch is not None:
     with st.container(border=True):
         st.warning(fmt.escape_inline(mismatch.message), icon=":material/sync_problem:")
         if st.button(
-            f"Re-index {len(stale)} document{'s' * (len(stale) != 1)} with {embedder.model}",
+            f"Re-index {fmt.plural(len(stale), 'document')} with {embedder.model}",
             type="primary",
             icon=":material/sync:",
             key="reindex_stale",
@@ -109,6 +142,8 @@ if files:
     jobs = ws.submit((f.name, f.getvalue(), f.type) for f in files)
     own_jobs(jobs)
     state["upload_batch"] = [j.id for j in jobs]
+    state["upload_batch_id"] = jobs[0].batch_id if jobs else None
+    state.pop("upload_batch_when", None)
     state.pop("upload_results", None)
     state["uploader_generation"] += 1  # a fresh, empty uploader for the next batch
     st.rerun()
@@ -139,6 +174,7 @@ if state.get("index_samples_docs"):
     state["upload_results"] = index_samples(ws)
     st.rerun()
 
+_adopt_unseen_refusal()
 locked: dict[int, str] = {}
 results = state.get("upload_results")
 if not results and (batch := _batch_outcomes()):
@@ -153,7 +189,8 @@ if results:
     if refused:
         summary.append(f"{refused} refused")
     head = st.container(horizontal=True, vertical_alignment="center")
-    head.markdown(f"**Last upload:** {', '.join(summary)}")
+    when = state.get("upload_batch_when") if not state.get("upload_results") else None
+    head.markdown(f"**{f'Upload of {when}' if when else 'Last upload'}:** {', '.join(summary)}")
     head.button("Clear", key="clear_results", type="tertiary", icon=":material/close:",
                 on_click=_clear_results)
     render_results(results, ws, locked)
@@ -197,7 +234,7 @@ table = pd.DataFrame(
 )
 total_chunks = int(table["Passages"].sum())
 st.caption(
-    f"{len(documents)} document{'s' * (len(documents) != 1)} · {total_chunks} passages"
+    f"{fmt.plural(len(documents), 'document')} · {fmt.plural(total_chunks, 'passage')}"
 )
 st.dataframe(
     table,
@@ -227,7 +264,7 @@ st.dataframe(
 troubled = [d for d in documents if fmt.has_health_problems(d)]
 if troubled:
     with st.expander(
-        f"What was not read well ({len(troubled)} document{'s' * (len(troubled) != 1)})",
+        f"What was not read well ({fmt.plural(len(troubled), 'document')})",
         icon=":material/report:",
     ):
         for d in troubled:

@@ -334,6 +334,39 @@ def test_upload_indexes_good_files_and_refuses_bad_ones_with_a_reason(app_env):
     assert len(at.dataframe[0].value) == 1
 
 
+def test_a_refusal_is_still_shown_after_a_reload_until_it_is_cleared(app_env):
+    at = start(DOCUMENTS)
+    at.file_uploader[0].set_value(
+        [
+            ("sourdough.md", GOOD_MD, "text/markdown"),
+            ("scan.pdf", b"this is not really a pdf", "application/pdf"),
+        ]
+    ).run()
+    settle(at, app_env)
+
+    # a reload: a new browser session, which never saw the upload
+    again = start(DOCUMENTS)
+    head = next(v for v in markdown_values(again) if "1 indexed, 1 refused" in v)
+    assert head.startswith("**Upload of ")  # not "Last upload": this tab did not make it
+    bad = next(s for s in again.status if s.label.startswith("scan\\.pdf — refused"))
+    assert bad.state == "error" and "not a PDF" in bad.markdown[0].value
+
+    again.button(key="clear_results").click().run()
+    assert not any("refused" in v for v in markdown_values(again))
+    third = start(DOCUMENTS)  # cleared in the library, so a reload no longer brings it back
+    assert not any("refused" in v for v in markdown_values(third))
+    assert third.dataframe[0].value["Document"].tolist() == ["sourdough.md"]
+
+
+def test_a_batch_that_indexed_everything_is_not_shown_again_after_a_reload(app_env):
+    at = start(DOCUMENTS)
+    at.file_uploader[0].set_value([("sourdough.md", GOOD_MD, "text/markdown")]).run()
+    settle(at, app_env)
+    assert any("Last upload: 1 indexed" in v.replace("**", "") for v in markdown_values(at))
+    again = start(DOCUMENTS)
+    assert not any("upload" in v.lower() and "indexed" in v for v in markdown_values(again))
+
+
 def test_delete_asks_for_confirmation(app_env, workspace):
     keep, gone = seed(workspace, ("sourdough.md", GOOD_MD), ("quinces.md", HOSTILE_MD))
     at = start(DOCUMENTS)

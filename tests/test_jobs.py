@@ -403,3 +403,24 @@ def test_ctrl_c_while_indexing_exits_cleanly_and_the_job_resumes(db_path, local_
     finally:
         ws.close()
 
+
+
+def test_clearing_a_batch_forgets_its_outcomes_but_keeps_a_file_awaiting_its_password(workspace):
+    from pypdf import PdfWriter
+
+    writer = PdfWriter(clone_from=io.BytesIO(text_pdf(["A locked gloss about vellum."])))
+    writer.encrypt("pw-for-the-clear-test")
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    workspace.start_worker()
+    batch = workspace.submit([("notes.txt", TEXT), ("broken.pdf", b"%PDF-1.4 cut short"),
+                              ("locked.pdf", buffer.getvalue())])
+    [other] = workspace.submit([("other.txt", TEXT + b" Another book entirely.")])
+    ended = workspace.job_queue.wait([j.id for j in (*batch, other)], timeout=WAIT_S)
+    assert [j.status for j in ended] == ["done", "refused", "refused", "done"]
+
+    assert workspace.clear_finished_jobs(batch[0].batch_id) == 2
+    left = {j.name: j for j in workspace.jobs()}
+    assert set(left) == {"locked.pdf", "other.txt"}  # the other batch is untouched
+    assert left["locked.pdf"].needs_password  # its upload still waits for the password
+    assert {d.name for d in workspace.documents()} == {"other.txt", "notes.txt"}  # kept

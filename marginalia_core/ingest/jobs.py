@@ -328,9 +328,11 @@ class JobQueue:
         self._notify()
         return [self.job(j) for j in queued]
 
-    def clear_finished(self) -> int:
-        """Forget ended jobs (the list of recent outcomes); returns how many."""
-        return self.store.clear_finished_jobs(ENDED)
+    def clear_finished(self, batch_id: str | None = None) -> int:
+        """Forget ended jobs (the list of recent outcomes), or one batch's; returns how many.
+        A batch's refusals that still hold their upload (a password, a near-duplicate's
+        choice) are kept."""
+        return self.store.clear_finished_jobs(ENDED, batch_id)
 
     def recover(self) -> list[str]:
         """Mark ``interrupted`` the running jobs whose process is gone; their bytes stay so a

@@ -228,7 +228,9 @@ class LibraryStore(LexicalSource, Protocol):
         before_commit: Callable[[str], None] | None = None,
     ) -> list[str]: ...
 
-    def clear_finished_jobs(self, statuses: Sequence[str]) -> int: ...
+    def clear_finished_jobs(
+        self, statuses: Sequence[str], batch_id: str | None = None
+    ) -> int: ...
 
     def interrupt_job(
         self, job_id: str, message: str, still_dead: Callable[[str | None, str | None], bool]

@@ -149,12 +149,17 @@ class JobTable:
                         before_commit(jid)
         return queued
 
-    def clear_finished_jobs(self, statuses: Sequence[str]) -> int:
+    def clear_finished_jobs(self, statuses: Sequence[str], batch_id: str | None = None) -> int:
+        """Forget ended jobs; with ``batch_id`` only that batch's, and not those still holding
+        an upload a person can act on (a password to give, a near-duplicate to replace)."""
         marks = ", ".join("?" for _ in statuses)
+        sql = f"DELETE FROM ingest_jobs WHERE status IN ({marks})"
+        params: tuple[Any, ...] = tuple(statuses)
+        if batch_id is not None:
+            sql += " AND batch_id = ? AND data IS NULL"
+            params += (batch_id,)
         with self.write() as conn:
-            count = conn.execute(
-                f"DELETE FROM ingest_jobs WHERE status IN ({marks})", tuple(statuses)
-            ).rowcount
+            count = conn.execute(sql, params).rowcount
         return int(count)
 
     def interrupt_job(
