@@ -128,6 +128,18 @@ def test_split_sentences_respects_abbreviations_and_removes_marks():
     ]
 
 
+def test_a_paper_citation_does_not_end_a_sentence():
+    # from pdf.js's tracemonkey.pdf: the answer once quoted "(18) described region-based …"
+    text = ("Their focus was an interpreter that could be re-engineered as a tracing VM. "
+            "Suganuma et al. (18) described region-based compilation (RBC), a relative of "
+            "tracing. See Eq. 3 and cf. Fig. 2 for the regions, vol. 4, pp. 12-19 of the report.")
+    assert split_sentences(text) == [
+        "Their focus was an interpreter that could be re-engineered as a tracing VM.",
+        "Suganuma et al. (18) described region-based compilation (RBC), a relative of tracing.",
+        "See Eq. 3 and cf. Fig. 2 for the regions, vol. 4, pp. 12-19 of the report.",
+    ]
+
+
 def test_wikipedia_page_references_go_but_times_and_verses_stay():
     text = "He moved to New York City:57–60 where work began at 10:30 each day, as in John 3:16."
     assert split_sentences(text) == [

@@ -117,7 +117,8 @@ QUESTION_PRONOUNS = _wordset("he him she it they them")  # not "his": "Marin …
 SENTENCE_END_RE = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9À-ÖØ-Þ])")
 ABBREVIATIONS = _wordset(
     "mr mrs ms dr prof st mt jr sr vs etc e.g i.e no fig gen col capt lt sgt rev gov sen rep "
-    "inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k a.m p.m ca c"
+    "inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k a.m p.m ca c "
+    "al cf approx eq eqs ref refs vol pp"  # papers: "Suganuma et al. (18) described …"
 )
 BULLET_RE = re.compile(r"^\s*(?:[-*•·▪‣]|\d{1,3}[.)]|[a-z][.)])\s+")
 PAGE_NUMBER_RE = re.compile(
