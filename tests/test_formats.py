@@ -271,6 +271,36 @@ def test_odt_keeps_headings_as_sections_tables_as_tables_and_notes_as_notes():
     assert "[^1]: Measured at the north wall thermometer." in got.text
 
 
+def test_an_indented_odt_keeps_its_text_and_prints_nothing(capsys):
+    """pandoc's blockquote2.odt: its XML is indented, so odfpy's ``document.text`` is a
+    whitespace node (the file was refused as holding no text), and odfpy's own namespace
+    fix-up breaks its styles part, which odfpy printed whole onto standard output (the CLI's
+    NDJSON stream)."""
+    got = extract("blockquote2.odt", (DATA / "blockquote2.odt").read_bytes())
+    assert got.text == "Paragraph\n\nA blockquote."
+    assert capsys.readouterr().out == ""
+
+
+def test_a_word_file_whose_main_part_is_not_at_the_usual_path_is_read():
+    """pandoc's alternate_document_path.docx keeps its text in word/document2.xml, which
+    Word finds through the package's relationships; it was refused as 'a ZIP archive'."""
+    data = (DATA / "alternate_document_path.docx").read_bytes()
+    assert formats.sniff_mime("alternate_document_path.docx", data) == formats.DOCX_MIME
+    got = extract("alternate_document_path.docx", data)
+    assert got.mime == formats.DOCX_MIME
+    assert "This is *italic*, **bold**" in got.text
+
+
+def test_a_plain_zip_named_docx_is_still_refused_as_a_zip():
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("notes/readme.txt", "wordprocessingml is mentioned here, main+xml is not")
+    with pytest.raises(Exception, match="not a Word document .it looks like a ZIP archive"):
+        extract("report.docx", out.getvalue())
+
+
 def test_a_hostile_odt_leaves_odfpy_as_it_found_it():
     """odfpy keeps every namespace it meets in one process-wide dict; a file with elements in
     no namespace (or made-up ones) used to leave them there, and every ODT odfpy wrote after

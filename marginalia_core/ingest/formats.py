@@ -66,6 +66,8 @@ HTML_MIME = "text/html"
 ZIP_MIME = "application/zip"
 DAMAGED_ZIP = "application/x-damaged-zip"  # starts like a ZIP, does not open as one
 OLE_MIME = "application/x-ole-storage"
+OOXML_TYPES_MEMBER = "[Content_Types].xml"  # an Office file's list of its parts' types
+MAX_OOXML_TYPES_BYTES = 1_000_000  # read to identify the format; a real one is a few KB
 
 # What a location is called, per kind: (one, several). "none": the document is one piece.
 LOCATION_KINDS = ("page", "slide", "sheet", "chapter", "section", "none")
@@ -260,6 +262,10 @@ def _zip_kind(data: bytes) -> str:
             mimetype = ""
             if "mimetype" in names and archive.getinfo("mimetype").file_size < 200:
                 mimetype = archive.read("mimetype").decode("ascii", "replace").strip()
+            types = ""
+            if (OOXML_TYPES_MEMBER in names
+                    and archive.getinfo(OOXML_TYPES_MEMBER).file_size < MAX_OOXML_TYPES_BYTES):
+                types = archive.read(OOXML_TYPES_MEMBER).decode("utf-8", "replace")
     except Exception:  # damaged: the reader says how
         return DAMAGED_ZIP
     for fmt in FORMATS:
@@ -267,6 +273,13 @@ def _zip_kind(data: bytes) -> str:
         if marker.startswith("mimetype:") and mimetype == marker.split(":", 1)[1]:
             return fmt.mime
         if marker and not marker.startswith("mimetype:") and marker in names:
+            return fmt.mime
+    # An Office file whose main part is not at the usual path (Word and python-docx follow the
+    # package's relationships; pandoc's test/docx/alternate_document_path.docx): its
+    # [Content_Types].xml still names the main part's type, the format's MIME type + ".main+xml".
+    for fmt in FORMATS:
+        if fmt.zip_marker and not fmt.zip_marker.startswith("mimetype:") and types \
+                and f"{fmt.mime}.main+xml" in types:
             return fmt.mime
     return ZIP_MIME
 

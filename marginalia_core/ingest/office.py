@@ -9,6 +9,7 @@ element tree; sections by heading. Benchmarks/README.md says why these libraries
 from __future__ import annotations
 
 import io
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,8 @@ from marginalia_core.ingest.extraction import Extracted, ReadOptions, Unit, join
 DOCX_STYLE_MAP = "comment-reference => sup"
 NOTES_HEADING = "Notes"
 COMMENTS_HEADING = "Comments"
+
+LOG = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------ Word
@@ -205,10 +208,21 @@ def _odf_list(node: Any, lines: list[str], depth: int) -> None:
 _ODF_NAMESPACES = threading.Lock()
 
 
+def _odf_diagnostic(*args: Any, **_: Any) -> None:
+    """odfpy prints a part it cannot parse, whole, to standard output (the CLI's NDJSON
+    stream); its message goes to the log instead, without the part."""
+    LOG.debug("odfpy: %s", str(args[0]).strip() if args else "")
+
+
 @contextmanager
 def _odf_namespaces_kept() -> Iterator[None]:
+    from odf import load as odf_load  # noqa: PLC0415
+    from odf import opendocument  # noqa: PLC0415
     from odf.element import Element  # noqa: PLC0415
     from odf.namespaces import nsdict  # noqa: PLC0415
+
+    for module in (opendocument, odf_load):  # shadows the builtin for that module only
+        module.print = _odf_diagnostic
 
     with _ODF_NAMESPACES:
         kept = [(d, dict(d)) for d in (nsdict, Element.namespaces)]
@@ -226,6 +240,13 @@ def _odf_type(name: str) -> Any:
     return getattr(table, name)
 
 
+def _odf_office_text(document: Any) -> list[Any]:
+    """The document's ``office:text`` element(s). odfpy's ``document.text`` is the body's first
+    child, which is a whitespace node when the XML is indented (pandoc's test/odt files)."""
+    return [c for c in document.body.childNodes
+            if getattr(c, "qname", (None, None))[1] == "text"]
+
+
 @guarded("OpenDocument text")
 def read_odt(name: str, data: bytes, options: ReadOptions) -> Extracted:
     from odf import opendocument  # noqa: PLC0415
@@ -238,7 +259,8 @@ def read_odt(name: str, data: bytes, options: ReadOptions) -> Extracted:
             document = opendocument.load(io.BytesIO(data))
         except Exception as err:
             raise damaged(name, "OpenDocument text", err) from None
-        _odf_blocks(document.text, blocks, notes=notes)
+        for body in _odf_office_text(document):
+            _odf_blocks(body, blocks, notes=notes)
     if notes:
         blocks += [markup.Block("h", NOTES_HEADING, 2), markup.Block("md", "\n".join(notes))]
     return join_units(name, options.mime, markup.sections(blocks))
