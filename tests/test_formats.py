@@ -271,6 +271,24 @@ def test_odt_keeps_headings_as_sections_tables_as_tables_and_notes_as_notes():
     assert "[^1]: Measured at the north wall thermometer." in got.text
 
 
+def test_a_page_whose_headings_sit_in_its_body_keeps_them_as_sections():
+    """pandoc's html-reader.html: trafilatura picks the right text but drops every heading that
+    sits directly in <body> (the page was one section) and flattens inline code; the body's own
+    blocks that its choice holds are kept instead."""
+    got = extract("html-reader.html", (DATA / "html-reader.html").read_bytes())
+    names = [u.name for u in got.units]
+    assert {"Paragraphs", "Block Quotes", "Lists", "Special Characters", "Tables"} <= set(names)
+    assert "This is code: `>`, `$`" in got.text
+
+
+def test_a_saved_page_still_leaves_its_menus_out_and_keeps_a_quote_s_attribution():
+    got = extract("creativecommons.org.html",
+                  (DATA / "creativecommons.org.html").read_bytes())
+    assert "> Our work is to build a vibrant, usable commons" in got.text
+    assert "> Ryan Merkley, CEO" in got.text  # trafilatura alone loses the <cite>
+    assert "Skip to content" not in got.text
+
+
 def test_an_indented_odt_keeps_its_text_and_prints_nothing(capsys):
     """pandoc's blockquote2.odt: its XML is indented, so odfpy's ``document.text`` is a
     whitespace node (the file was refused as holding no text), and odfpy's own namespace

@@ -32,6 +32,12 @@ SECTION_LEVEL = 3
 # (or this many characters); below it the page is mostly chrome or trafilatura missed it.
 MIN_MAIN_CHARS = 200
 MIN_MAIN_SHARE = 0.15
+# The body's own blocks stand in for trafilatura's when they hold at least this share of its
+# text: a block counts as main content when MAIN_SHINGLE_SHARE of its runs of MAIN_SHINGLE
+# words are in trafilatura's text (a shorter block: all its words, in order).
+MAIN_SHINGLE = 4
+MAIN_SHINGLE_SHARE = 0.5
+MIN_RESTORED_SHARE = 0.8
 
 _NEVER = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object",
           "embed", "form", "button", "input", "select", "textarea", "head", "title", "meta",
@@ -40,6 +46,7 @@ _NEVER = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", 
 _CHROME = {"nav", "header", "footer", "aside", "menu", "dialog"}
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
 _SPACE = re.compile(r"\s+")
+_WORD = re.compile(r"[^\W_]+")
 _NOTE_ID = re.compile(r"^(footnote|endnote)-(\d+)$")
 
 
@@ -279,8 +286,45 @@ def main_content(html: str) -> tuple[str, list[Block]]:
         blocks = html_blocks(main)
         chars = sum(len(b.text) for b in blocks)
         if chars >= min(MIN_MAIN_CHARS, body_chars) and chars >= MIN_MAIN_SHARE * body_chars:
+            restored = _held_by(blocks, everything)
+            if sum(len(b.text) for b in restored) >= MIN_RESTORED_SHARE * chars:
+                return title, restored
             return title, blocks
     return title, everything
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def _held_by(main: list[Block], everything: list[Block]) -> list[Block]:
+    """The body's own blocks that trafilatura's main content holds, under the headings of the
+    sections they are in. trafilatura drops headings that sit directly in <body> (pandoc's
+    HTML, many hand-written pages) and flattens or loses lists; the body's blocks keep both,
+    while trafilatura still decides what is the article and what is furniture."""
+    main_words = _words(" ".join(b.text for b in main))
+    joined = f" {' '.join(main_words)} "
+    runs = {tuple(main_words[i:i + MAIN_SHINGLE]) for i in range(len(main_words))}
+
+    def held(block: Block) -> bool:
+        words = _words(block.text)
+        if len(words) < MAIN_SHINGLE:
+            return bool(words) and f" {' '.join(words)} " in joined
+        own = [tuple(words[i:i + MAIN_SHINGLE]) for i in range(len(words) - MAIN_SHINGLE + 1)]
+        return sum(run in runs for run in own) >= MAIN_SHINGLE_SHARE * len(own)
+
+    keep = [b.kind != "h" and held(b) for b in everything]
+    for i, block in enumerate(everything):  # a heading stays when its section kept something
+        if block.kind != "h":
+            continue
+        for j in range(i + 1, len(everything)):
+            other = everything[j]
+            if other.kind == "h" and other.level <= block.level:
+                break
+            if keep[j] and other.kind != "h":
+                keep[i] = True
+                break
+    return [b for b, k in zip(everything, keep) if k]
 
 
 @guarded("web page")
