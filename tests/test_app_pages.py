@@ -146,12 +146,14 @@ def test_question_streams_a_cited_answer_and_a_pill_opens_its_passage(app_env, w
     marks = [int(n) for n in MARK_LINK.findall(answer)]
     assert marks and "[1]" not in MARK_LINK.sub("", answer)
 
-    # the margin: one card per source, "[n] document · 82 %" (a .md file has no pages), the
-    # first cited one open after the answer, its cited sentence highlighted
+    # the margin: one card per source, "[n] document · section ‘…’ · 82 %" (a Markdown file is
+    # in sections by heading, not pages), the first cited one open after the answer, its cited
+    # sentence highlighted
     cards = margin_cards(at)
     assert cards
     for card in cards:
-        assert re.fullmatch(r"\[\d\] .+\.md · \d+ %", card.label), card.label
+        assert re.fullmatch(r"\[\d\] .+\.md · sections? \u2018.+\u2019 · \d+ %", card.label), \
+            card.label
     opened = [c for c in cards if c.is_open]
     assert len(opened) == 1 and opened[0].label.startswith(f"[{marks[0]}]")
     assert any("Fermat" in m for m in opened[0].marked)
@@ -418,7 +420,8 @@ def test_sample_documents_from_the_documents_page(app_env):
 
 
 def test_page_labels_only_for_pdfs_in_the_inspector_and_the_documents_table(app_env, workspace):
-    """A text or Markdown file is stored as one page 1: no table or label shows that page."""
+    """A text or Markdown file is stored as one page 1: no table or label shows that page (a
+    Markdown file with headings names its sections instead)."""
     seed(workspace, *samples())
     at = start(INSPECTOR)
     at.text_input(key="inspector_query").input("How should old books be stored?").run()
@@ -429,7 +432,7 @@ def test_page_labels_only_for_pdfs_in_the_inspector_and_the_documents_table(app_
                 if d.endswith(".md")}
     pdf_pages = {p for d, p in zip(table["document"], table["page"], strict=True)
                  if d.endswith(".pdf")}
-    assert md_pages == {""}, pages
+    assert md_pages and all(p.startswith("\u2018") for p in md_pages), pages  # ‘Heading’
     assert pdf_pages and all(p and p[0].isdigit() for p in pdf_pages), pages
     # the selected passage's header (the best one: the PDF's) names its page
     header = next(v for v in markdown_values(at) if " · cosine " in v and "passage " in v)
@@ -442,13 +445,15 @@ def test_page_labels_only_for_pdfs_in_the_inspector_and_the_documents_table(app_
     assert ticks and not any(".md · p." in t for t in ticks), ticks
     assert any(re.search(r"\.pdf · pp?\. \d", t) for t in ticks), ticks
     for row in workspace.score_table("How should old books be stored?"):
-        assert (row["page"] == "") == row["document"].endswith(".md"), row
+        md = row["document"].endswith(".md")
+        assert row["page"].startswith("section") if md else row["page"][0].isdigit(), row
 
     at.switch_page(DOCUMENTS).run()
     assert not at.exception
     docs = next(d.value for d in at.dataframe if "Pages" in d.value.columns)
     by_name = dict(zip(docs["Document"], docs["Pages"], strict=True))
-    assert all(by_name[n] == "" for n in by_name if n.endswith(".md")), by_name
+    assert all(re.fullmatch(r"\d+ sections", by_name[n]) for n in by_name if n.endswith(".md")), \
+        by_name
     assert all(by_name[n].isdigit() for n in by_name if n.endswith(".pdf")), by_name
 
 

@@ -81,7 +81,9 @@ def test_export_is_markdown_with_the_cited_passages(library):
         for source in answer.sources:
             assert f"\\[{source['n']}\\] " in markdown
     assert "caring\\-for\\-old\\-books\\.pdf · p. 1" in markdown  # PDFs say their page
-    assert "a\\-short\\-history\\-of\\-marginalia\\.md\n" in markdown  # .md files do not
+    # a Markdown file is cited by its sections (by heading), never a page
+    assert re.search(r"a\\-short\\-history\\-of\\-marginalia\\.md · sections? \u2018", markdown)
+    assert "marginalia\\.md · p." not in markdown
     assert "> " in markdown and "Pierre de Fermat" in markdown
 
 

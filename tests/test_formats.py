@@ -31,6 +31,7 @@ REAL_FILES = [
      "chapter 1"),
     ("creativecommons.org.html", "Creative Commons Affiliate Network researchers activists",
      "section"),
+    ("testsuite.md", "This is a block quote. It is pretty short.", "section"),
 ]
 
 
@@ -269,6 +270,50 @@ def test_odt_keeps_headings_as_sections_tables_as_tables_and_notes_as_notes():
     assert "| Tree | Kg |\n| --- | --- |\n| North wall | 18 |" in got.text
     assert "early this year.[^1]" in got.text
     assert "[^1]: Measured at the north wall thermometer." in got.text
+
+
+MARKDOWN = """---
+title: Garden notes
+---
+Kept in the shed.
+
+# Soil
+Loam, mostly.
+
+```sh
+# not a heading: a comment in a code block
+```
+
+Watering
+--------
+At dawn.
+
+#### Too deep to be a section
+- a list item
+---
+
+## Tools ##
+Spade.
+"""
+
+
+def test_markdown_is_in_sections_by_heading_and_its_text_is_unchanged():
+    got = extract("garden.md", MARKDOWN.encode())
+    assert got.text == MARKDOWN
+    assert [u.name for u in got.units] == ["", "Soil", "Watering", "Tools"]
+    assert [got.text[s:].split("\n", 1)[0] for s in got.page_starts] == [
+        "---", "# Soil", "Watering", "## Tools ##"]
+    assert location_label("section", got.units, 1, 1) == "section opening"
+    assert location_label("section", got.units, 2, 3) == "sections \u2018Soil\u2019 \u2013 \u2018Watering\u2019"
+
+
+def test_markdown_without_headings_is_one_location_like_a_text_file():
+    got = extract("list.md", b"- eggs\n- flour\n\nThat is all.\n")
+    assert got.page_starts == [0] and got.units == ()
+    titled = extract("list.md", b"# Shopping\n\n- eggs\n- flour\n")  # one section: the whole
+    assert titled.page_starts == [0] and titled.units == ()
+    assert formats.extent(got.mime, got.page_count, got.units) == ""  # not "1 section"
+    assert formats.extent(got.mime, 4, ()) == "4 sections"
 
 
 def test_a_page_whose_headings_sit_in_its_body_keeps_them_as_sections():

@@ -119,7 +119,7 @@ FORMATS: tuple[Format, ...] = (
     Format("plain-text", "plain-text file", (".txt",), (TEXT_MIME,), read_text,
            location="none", keep_original=True, renders="text"),
     Format("Markdown", "Markdown file", (".md", ".markdown"), (MARKDOWN_MIME, "text/x-markdown"),
-           read_text, location="none", keep_original=True, renders="markdown"),
+           markup.read_markdown, location="section", keep_original=True, renders="markdown"),
 )
 
 # Office files that can carry macros: refused by name, with that reason.
@@ -183,8 +183,9 @@ def _span(one: str, many: str, a: int, b: int) -> str:
 
 def location_label(kind: str, units: Sequence[Unit], start: int, end: int) -> str:
     """How a citation names locations ``start``..``end`` (1-based): "p. 3", "slides 3–4",
-    "sheet Budget, rows 12–40", "chapter 2", "section ‘Results’"; "" for a text file."""
-    if kind == "none" or start < 1:
+    "sheet Budget, rows 12–40", "chapter 2", "section ‘Results’"; "" for a text file, and
+    for a document in sections that has none (a Markdown file without headings)."""
+    if kind == "none" or start < 1 or (kind == "section" and not units):
         return ""
     end = max(start, end)
     if kind == "page":
@@ -210,8 +211,8 @@ def location_label(kind: str, units: Sequence[Unit], start: int, end: int) -> st
 def extent(mime: str | None, count: int, units: Sequence[Unit] = ()) -> str:
     """A document's size in its own locations, for the Documents table: "12 slides"."""
     kind = by_mime(mime).location
-    if kind == "none":
-        return ""
+    if kind == "none" or (kind in ("section", "chapter") and count <= 1):
+        return ""  # one section is the whole text: saying so tells nothing
     if kind == "page":
         return str(count)
     if kind == "sheet":

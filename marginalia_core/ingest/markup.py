@@ -24,6 +24,7 @@ from marginalia_core.ingest.extraction import (
     Unit,
     decode_text,
     join_units,
+    read_text,
 )
 
 # A heading of this level or above starts a new section (its location in citations).
@@ -47,6 +48,12 @@ _CHROME = {"nav", "header", "footer", "aside", "menu", "dialog"}
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
 _SPACE = re.compile(r"\s+")
 _WORD = re.compile(r"[^\W_]+")
+# Markdown headings that start a section (levels 1 to SECTION_LEVEL): ATX ("## Setup") and
+# setext (a line underlined with = or -); fenced code and YAML front matter are not read.
+_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_LIST_OR_QUOTE = re.compile(r"^ {0,3}([-*+>]|\d+[.)])(\s|$)")
 _NOTE_ID = re.compile(r"^(footnote|endnote)-(\d+)$")
 
 
@@ -256,6 +263,64 @@ def sections(blocks: list[Block], *, title: str = "") -> list[tuple[Unit, str]]:
 
 def markdown_text(blocks: list[Block]) -> str:
     return "\n\n".join(b.markdown() for b in blocks)
+
+
+# ------------------------------------------------------------------------------- Markdown
+
+
+def read_markdown(name: str, data: bytes, options: ReadOptions) -> Extracted:
+    """A Markdown file, its text unchanged, in sections by heading, so a citation names the
+    section ("section ‘Install’") as it does for Word, OpenDocument and web pages."""
+    plain = read_text(name, data, options)
+    starts, units = markdown_sections(plain.text)
+    if len(starts) < 2:
+        return plain  # no heading, or one over the whole text: one location, as a text file
+    return Extracted(text=plain.text, mime=plain.mime, page_starts=starts,
+                     page_count=len(starts), units=tuple(units))
+
+
+def markdown_sections(text: str) -> tuple[list[int], list[Unit]]:
+    """(start offsets, units) of ``text``'s sections: one per heading of level <=
+    SECTION_LEVEL, plus the opening before the first one if it holds any text."""
+    starts: list[int] = []
+    units: list[Unit] = []
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    fence = ""
+    front = bool(lines) and lines[0].rstrip() == "---"
+    previous = ""  # the line before, when it could be a setext heading's text
+    for i, raw in enumerate(lines):
+        line = raw.rstrip("\r\n")
+        if front:  # YAML front matter: up to the closing --- or ...
+            if i > 0 and line.rstrip() in ("---", "..."):
+                front = False
+            continue
+        opened = _FENCE.match(line)
+        if fence:
+            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+                fence = ""
+            previous = ""
+            continue
+        if opened:
+            fence, previous = opened.group(1), ""
+            continue
+        atx = _ATX.match(line)
+        setext = _SETEXT.match(line) if previous else None
+        if atx and len(atx.group(1)) <= SECTION_LEVEL and atx.group(2).strip():
+            starts.append(offsets[i])
+            units.append(Unit(_collapse(atx.group(2))[:200]))
+        elif setext and (setext.group(1)[0] == "=" or SECTION_LEVEL >= 2):
+            starts.append(offsets[i - 1])
+            units.append(Unit(_collapse(previous)[:200]))
+        indented = line.startswith(("    ", "\t"))
+        plain = line.strip() and not atx and not indented and not _LIST_OR_QUOTE.match(line)
+        previous = line if plain and not setext else ""
+    if not starts or text[:starts[0]].strip():
+        starts.insert(0, 0)
+        units.insert(0, Unit(""))
+    return starts, units
 
 
 # ------------------------------------------------------------------------------- web pages
