@@ -142,6 +142,14 @@ def stage(name: str, file: str, **fields: Any) -> StageEvent:
 
 
 _SNAKE = re.compile(r"_([a-z0-9])")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(text: str) -> str:
+    """``text`` with each lone surrogate as U+FFFD. JSON may carry one ("\\ud800") and a command
+    line's undecodable byte becomes one; neither can be written as UTF-8, so a question holding
+    one failed in the tokenizer, the database and every JSON reply."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def camel(key: str) -> str:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 Reindex = Literal["stale", "all"]
 MAX_TITLE_CHARS = 120
+MAX_ROW_ID = 2**63 - 1  # past it a chunk id cannot be a row (SQLite and PostgreSQL: OverflowError)
 # What "Apply to Chat" saves per library (migration m010): the RetrievalConfig fields a lab
 # configuration fixes. Environment variables stay the defaults underneath.
 APPLIED_FIELDS = RetrievalConfig.names()
@@ -501,20 +502,24 @@ class Workspace:
         those; an unknown id is refused with ``NotFoundError``)."""
         if mode is not None and mode not in RETRIEVAL_MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(RETRIEVAL_MODES)}")
+        query = events.well_formed(query)
         scope = self.chat.checked_documents(list(documents)) if documents else None
         hits = self.search(query, k=k, mode=mode, documents=scope)
         return {
             "type": "hits",
             "query": query,
             "mode": mode or self.settings.retrieval.mode,
-            "threshold": self.retriever.threshold,
+            # the cosine floor in force; lexical mode has none (its hits' cosines can be lower)
+            "threshold": None if (mode or self.settings.retrieval.mode) == "lexical"
+            else self.retriever.threshold,
             "hits": self.sources(hits),
         }
 
     def passage(self, chunk_id: int) -> dict[str, Any]:
         """One stored passage by its chunk id (a source's ``chunk_id``): its document, index,
         pages and full text; ``NotFoundError`` when there is none (its document was deleted)."""
-        row = self.store.chunks_by_ids([int(chunk_id)]).get(int(chunk_id))
+        row = (self.store.chunks_by_ids([int(chunk_id)]).get(int(chunk_id))
+               if 0 < int(chunk_id) <= MAX_ROW_ID else None)
         if row is None:
             raise NotFoundError(f"No passage with chunk id {chunk_id}.")
         return {

@@ -191,11 +191,86 @@ def test_chat_refusals_are_4xx_with_the_engines_message(served):
         assert client.get("/api/nowhere").status_code == 404
 
 
+def test_odd_requests_get_a_clear_refusal_or_an_answer_never_a_crash(served):
+    with served.client() as client:
+        sample = SAMPLES / "a-short-history-of-marginalia.md"
+        client.post("/api/documents", files={"file": (sample.name, sample.read_bytes())})
+        # nested past the JSON parser's depth: the body is refused like any other non-object
+        deep = client.post("/api/chat", content=b"[" * 100_000)
+        assert deep.status_code == 422 and deep.json()["reason"] == "invalid_input"
+        # a lone surrogate (JSON's "\\ud800", which cannot be UTF-8) is replaced and answered
+        with client.stream("POST", "/api/chat", content=b'{"message": "\\ud800 ' +
+                           FERMAT.encode() + b'"}') as response:
+            odd = ndjson(response)
+        assert response.status_code == 200 and odd[-1]["type"] == "done", odd[-1]
+        assert odd[0]["query"].startswith("\ufffd") and "Fermat" in odd[-1]["answer"]
+        found = client.get("/api/search", params={"q": "Fermat margin", "k": 500})
+        assert found.status_code == 422
+        assert found.json()["message"] == \
+            "Invalid request: k: input should be less than or equal to 100."
+        # an unknown conversation is refused, not silently started under that id
+        stray = client.post("/api/chat", json={"message": FERMAT, "conversationId": "nope-42"})
+        assert stray.status_code == 404 and stray.json()["reason"] == "not_found"
+        assert "nope-42" in stray.json()["message"]
+        assert "nope-42" not in {c["id"] for c in client.get("/api/conversations").json()}
+        # lexical mode has no cosine floor, so it reports none
+        lexical = client.get("/api/search", params={"q": "Fermat margin", "mode": "lexical"})
+        assert lexical.json()["hits"] and lexical.json()["threshold"] is None
+        # a document's locations are a JSON list, not JSON text inside the JSON
+        assert all(isinstance(d["locations"], list) for d in client.get("/api/documents").json())
+
+
+def test_an_unexpected_failure_is_answered_and_the_connection_kept(workspace):
+    """Starlette's catch-all answered a 500 and re-raised, so uvicorn closed the connection and
+    the client's next request on it failed. A fault injected into the workspace stands in for
+    any bug; two requests go over one kept-alive connection."""
+    import http.client
+
+    import uvicorn
+    from api_server import free_port
+
+    from marginalia_core.api.app import create_app
+
+    def broken() -> None:
+        raise RuntimeError("injected fault")
+
+    workspace.conversations = broken
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(workspace), host="127.0.0.1", port=port,
+                                           log_level="critical"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive(), "the server did not start"
+            time.sleep(0.05)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        connection.request("GET", "/api/conversations")
+        failed = connection.getresponse()
+        assert failed.status == 500
+        assert json.loads(failed.read()) == {"type": "error", "reason": "internal",
+                                             "message": "Unexpected RuntimeError."}
+        kept = connection.sock
+        connection.request("GET", "/api/documents")
+        listed = connection.getresponse()
+        assert listed.status == 200 and json.loads(listed.read()) == []
+        assert connection.sock is kept  # the same connection answered both
+        connection.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
 def test_openapi_docs_list_every_route(served):
     with served.client() as client:
         spec = client.get("/openapi.json").json()
         assert client.get("/docs").status_code == 200
     routes = {(path, method) for path, item in spec["paths"].items() for method in item}
+    # the documented refusal is the body the API sends: the error event, not FastAPI's default
+    refusal = spec["paths"]["/api/search"]["get"]["responses"]["422"]["content"]
+    ref = refusal["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert set(spec["components"]["schemas"][ref]["properties"]) == {"type", "message", "reason"}
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
     assert routes >= {
         ("/api/documents", "get"), ("/api/documents", "post"),
         ("/api/documents/{document_id}", "delete"), ("/api/conversations", "get"),

@@ -93,7 +93,21 @@ async def _exercise(client: Client) -> dict[str, Any]:
     missing = await client.call_tool("get_passage", {"chunk_id": 987654})
     assert missing.is_error and "No passage with chunk id 987654" in missing.content[0].text
     bad = await client.call_tool("search", {"query": "x", "mode": "psychic"})
-    assert bad.is_error and "mode must be one of" in bad.content[0].text
+    assert bad.is_error and "psychic" in bad.content[0].text
+    # the schema says what k and mode take, so a client can get them right the first time
+    schema = tools["search"].input_schema["properties"]
+    k_schema = next(s for s in schema["k"].get("anyOf", [schema["k"]]) if s.get("type") == "integer")
+    assert (k_schema["minimum"], k_schema["maximum"]) == (1, 50)
+    assert "dense" in json.dumps(schema["mode"])
+    too_many = await client.call_tool("search", {"query": "x", "k": 500})
+    assert too_many.is_error
+    huge = await client.call_tool("get_passage", {"chunk_id": 2**70})  # past any row id
+    assert huge.is_error and "No passage with chunk id" in huge.content[0].text
+    # an unknown conversation is refused, not silently started afresh
+    unknown = await client.call_tool("search", {"query": "x", "document_ids": ["gone"]})
+    assert unknown.is_error and "list_documents" in unknown.content[0].text
+    stray = await client.call_tool("ask", {"question": FERMAT, "conversation_id": "no-such-id"})
+    assert stray.is_error and "No conversation with id 'no-such-id'" in stray.content[0].text
     return {"answer": answer}
 
 

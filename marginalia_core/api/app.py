@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from marginalia_core import __version__, events
 from marginalia_core.api.access import BearerTokenMiddleware
@@ -67,6 +68,26 @@ class ChatRequest(BaseModel):
         "again; omitted = the conversation's own choice")
 
 
+class ErrorBody(BaseModel):
+    """Every refusal's body (documentation): the ``error`` event, as a stream ends with it."""
+
+    type: str = Field("error", description="always 'error'")
+    message: str = Field(description="what went wrong and what to do, for a person")
+    reason: str = Field(description="machine-readable: not_found, invalid_input, too_large, "
+                        "unsupported, near_duplicate, internal, ... (docs/EVENTS.md)")
+
+
+# the refusals any route may answer, documented with their real body
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": what} for status, what in (
+        (401, "a token is required (MARGINALIA_API_TOKEN) and was missing or wrong"),
+        (404, "an unknown document, conversation or route"),
+        (422, "invalid input: an empty or too long question, a bad parameter or body"),
+        (500, "an unexpected failure; nothing was saved"),
+    )
+}
+
+
 def error_response(event: dict[str, Any], status: int | None = None) -> JSONResponse:
     """A refusal as HTTP: the ``error`` event's wire form with the reason's status."""
     code = status or STATUS_OF_REASON.get(str(event.get("reason")), 400)
@@ -98,6 +119,34 @@ async def _stream(pump: EventPump, *, through_progress: bool = False) -> Any:
         return error_response(read[-1])
     return StreamingResponse(pump.ndjson(read), media_type=NDJSON,
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+class AnswerUnexpected:
+    """An unexpected failure before the response starts is answered with the ``internal``
+    error event (500), and the connection kept. Starlette's catch-all handler answers and then
+    re-raises, so uvicorn closed the connection and the client's next request on it failed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:  # a stream already under way: nothing can be answered on it
+                raise
+            log.error("unexpected %s in the API", type(exc).__name__, exc_info=exc)
+            await refuse(f"Unexpected {type(exc).__name__}.", "internal")(scope, receive, send)
 
 
 def create_app(
@@ -132,6 +181,7 @@ def create_app(
         description="Streams are NDJSON (one JSON object per line, camelCase keys), the events "
         "of docs/EVENTS.md. With MARGINALIA_API_TOKEN set, send `Authorization: Bearer <token>`.",
         lifespan=lifespan,
+        responses=ERROR_RESPONSES,
     )
 
     @app.exception_handler(MarginaliaError)
@@ -145,14 +195,10 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        where = ", ".join(".".join(str(p) for p in e.get("loc", ())[1:]) or "body"
-                          for e in exc.errors())
-        return refuse(f"Invalid request: check {where}.", "invalid_input", 422)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected %s in the API", type(exc).__name__, exc_info=exc)
-        return refuse(f"Unexpected {type(exc).__name__}.", "internal", 500)
+        what = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: "
+                         f"{str(e.get('msg', 'invalid')).rstrip('.').lower()}"
+                         for e in exc.errors())
+        return refuse(f"Invalid request: {what}.", "invalid_input", 422)
 
     # ------------------------------------------------------------------ health and search
 
@@ -291,7 +337,7 @@ def create_app(
         raw = await request.body()
         try:
             body = json.loads(raw or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             body = None
         if not isinstance(body, dict):
             return refuse('The body must be a JSON object: {"message": "your question"}.',
@@ -302,6 +348,9 @@ def create_app(
             return refuse("'message' must be the question, a string.", "invalid_input")
         if conversation_id is not None and not isinstance(conversation_id, str):
             return refuse("'conversationId' must be a string.", "invalid_input")
+        if conversation_id and not ws.has_conversation(conversation_id):
+            return refuse(f"No conversation with id {conversation_id!r}: omit conversationId "
+                          "to start one.", "not_found")
         if documents is not None and not (
             isinstance(documents, list) and all(isinstance(d, str) for d in documents)
         ):
@@ -315,6 +364,7 @@ def create_app(
         sub = mcp_server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
         app.router.routes.extend(sub.routes)
 
+    app.add_middleware(AnswerUnexpected)  # innermost: inside the token check and CORS
     if token:
         app.add_middleware(BearerTokenMiddleware, token=token)
     if cors:

@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
 
 from marginalia_core import __version__, events
 from marginalia_core.errors import MarginaliaError
@@ -47,7 +48,9 @@ def build_mcp_server(ws: Workspace) -> MCPServer:
         "only those documents (ids from list_documents)."
     ))
     def search(
-        query: str, k: int | None = None, mode: str | None = None,
+        query: str,
+        k: Annotated[int | None, Field(ge=1, le=MAX_K)] = None,
+        mode: Literal["hybrid", "dense", "lexical"] | None = None,
         document_ids: list[str] | None = None,
     ) -> dict[str, Any]:
         if not query.strip():
@@ -74,6 +77,9 @@ def build_mcp_server(ws: Workspace) -> MCPServer:
     def ask(
         question: str, conversation_id: str | None = None, document_ids: list[str] | None = None
     ) -> dict[str, Any]:
+        if conversation_id and not ws.has_conversation(conversation_id):
+            raise ToolError(f"No conversation with id {conversation_id!r}: leave "
+                            "conversation_id out to start one.")
         end: dict[str, Any] | None = None
         for event in ws.ask(question, conversation_id or None, documents=document_ids):
             if event["type"] in ("done", "error"):

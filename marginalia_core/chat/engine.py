@@ -108,7 +108,7 @@ class ChatEngine:
         conversation from now on to those document ids (empty: all documents again); None
         keeps the conversation's own choice (all, for a new one). Setting ``stop`` ends the
         answer where it is, saved as ``stopped``."""
-        question = (question or "").strip()
+        question = events.well_formed(question or "").strip()
         if not question:
             yield events.error("Ask a question first: the message is empty.", "empty")
             return
@@ -241,7 +241,8 @@ class ChatEngine:
             raise NotFoundError(
                 f"No document with id {missing[0]!r}"
                 + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-                + ". See the document ids with `documents` or on the Documents page."
+                + ". The ids are listed by `marginalia documents`, GET /api/documents, "
+                "MCP's list_documents and on the Documents page."
             )
         return ids
 

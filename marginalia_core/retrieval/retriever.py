@@ -305,6 +305,7 @@ class Retriever:
         needs, so re-ranking (the Inspector's keyword weight, sweeps) embeds nothing again.
         ``documents`` limits both lists to those documents' chunks (None: every document)."""
         limit = max(lexical.CANDIDATES, int(limit or 0))
+        query = events.well_formed(query)
         vector = self.embedder.embed_query(query)
         allowed: list[int] | None = None
         index = self.index

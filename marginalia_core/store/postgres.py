@@ -659,7 +659,7 @@ class PostgresStore(JobTable, LibrarySettingsTable):
                 "%(fetched_at)s, %(parse_health)s, %(text)s, %(page_starts)s, %(text_hash)s, "
                 "%(units)s)",
                 {**doc.to_dict(), "text": text, "page_starts": json.dumps(list(page_starts)),
-                 "ocr_pages": json.dumps(doc.ocr_pages),
+                 "ocr_pages": json.dumps(doc.ocr_pages), "locations": doc.locations,
                  "parse_health": json.dumps(doc.parse_health),
                  "text_hash": print_.text_hash, "units": len(print_.units)},
             )

@@ -76,8 +76,10 @@ class Document:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready form, keys as the API, MCP, CLI and events have always shown them."""
-        return asdict(self)
+        """The JSON-ready form, keys as the API, MCP, CLI and events have always shown them;
+        ``locations`` as a list (runs ``[first location, name, number]``), not the stored
+        JSON text, which the API and the CLI printed as a string inside their JSON."""
+        return {**asdict(self), "locations": _decoded(self.locations, EMPTY_LIST_JSON)}
 
 
 @dataclass(frozen=True)

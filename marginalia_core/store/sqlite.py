@@ -233,7 +233,7 @@ class Store(JobTable, LibrarySettingsTable):
                 ":ocr_pages, :locations, :source_url, :fetched_at, :parse_health, :text, "
                 ":page_starts, :text_hash, :units)",
                 {**doc.to_dict(), "text": text, "page_starts": json.dumps(list(page_starts)),
-                 "ocr_pages": json.dumps(doc.ocr_pages),
+                 "ocr_pages": json.dumps(doc.ocr_pages), "locations": doc.locations,
                  "parse_health": json.dumps(doc.parse_health),
                  "text_hash": print_.text_hash, "units": len(print_.units)},
             )
