@@ -324,6 +324,24 @@ def test_a_page_whose_headings_sit_in_its_body_keeps_them_as_sections():
     names = [u.name for u in got.units]
     assert {"Paragraphs", "Block Quotes", "Lists", "Special Characters", "Tables"} <= set(names)
     assert "This is code: `>`, `$`" in got.text
+    assert "Level 2 with emphasis" in names  # the heading's *emphasis* marks are not its name
+
+
+@pytest.mark.parametrize(("heading", "name"), [
+    ("Level 2 with an [embedded link](/url)", "Level 2 with an embedded link"),
+    ("Level 3 with *emphasis* and **strong**", "Level 3 with emphasis and strong"),
+    ("**`code`** and ***both***", "code and both"),
+    ("The `__init__` method and `a*b`", "The __init__ method and a*b"),
+    ("snake_case_name stays, _this_ goes", "snake_case_name stays, this goes"),
+    ("C\\+\\+ in 2 * 3 steps", "C++ in 2 * 3 steps"),
+    ("![logo](logo.png) Release notes", "logo Release notes"),
+])
+def test_a_section_is_named_by_its_heading_s_words_without_inline_markdown(heading, name):
+    from marginalia_core.ingest.markup import heading_name
+
+    assert heading_name(heading) == name
+    got = extract("notes.md", f"Intro.\n\n## {heading}\n\nBody.\n".encode())
+    assert [u.name for u in got.units] == ["", name]
 
 
 def test_a_saved_page_still_leaves_its_menus_out_and_keeps_a_quote_s_attribution():

@@ -29,6 +29,7 @@ from marginalia_core.ingest.extraction import (
 
 # A heading of this level or above starts a new section (its location in citations).
 SECTION_LEVEL = 3
+MAX_HEADING_NAME = 200  # characters of a heading kept as its section's name
 # trafilatura's main content is used when it keeps at least this share of the body's text
 # (or this many characters); below it the page is mostly chrome or trafilatura missed it.
 MIN_MAIN_CHARS = 200
@@ -54,6 +55,12 @@ _ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _LIST_OR_QUOTE = re.compile(r"^ {0,3}([-*+>]|\d+[.)])(\s|$)")
+# a heading's inline Markdown, left out of the name a citation shows: images and links (their
+# text kept), emphasis, strong and code marks; "_" only outside a word, as CommonMark reads it
+_INLINE_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+_INLINE_MARK = re.compile(r"(\*\*|\*|(?<!\w)__|(?<!\w)_)(?=\S)(.+?)(?<=\S)\1(?!\w)")
+_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~])")
 _NOTE_ID = re.compile(r"^(footnote|endnote)-(\d+)$")
 
 
@@ -69,6 +76,24 @@ class Block:
 
 def _collapse(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
+
+
+def heading_name(text: str) -> str:
+    """A heading as a citation names it ("section ‘Level 2 with emphasis’"): its words
+    without the inline Markdown that a heading's text carries ("Level 2 with *emphasis*")."""
+    codes: list[str] = []  # code spans stand aside (as private-use marks) while marks go
+
+    def aside(m: re.Match[str]) -> str:
+        codes.append(m.group(2))
+        return chr(0xE000 + len(codes) - 1)
+
+    name = _INLINE_LINK.sub(r"\1", _INLINE_CODE.sub(aside, _collapse(text)[:4 * MAX_HEADING_NAME]))
+    for _ in range(3):  # nested marks: ***both***
+        name = _INLINE_MARK.sub(r"\2", name)
+    name = _ESCAPED.sub(r"\1", name)
+    for n, code in enumerate(codes):
+        name = name.replace(chr(0xE000 + n), code)
+    return name[:MAX_HEADING_NAME]
 
 
 def _escape_cell(text: str) -> str:
@@ -256,7 +281,7 @@ def sections(blocks: list[Block], *, title: str = "") -> list[tuple[Unit, str]]:
     out: list[tuple[Unit, list[str]]] = [(Unit(title), [])]
     for block in blocks:
         if block.kind == "h" and block.level <= SECTION_LEVEL:
-            out.append((Unit(block.text[:200]), []))
+            out.append((Unit(heading_name(block.text)), []))
         out[-1][1].append(block.markdown())
     return [(unit, "\n\n".join(parts)) for unit, parts in out if parts]
 
@@ -310,10 +335,10 @@ def markdown_sections(text: str) -> tuple[list[int], list[Unit]]:
         setext = _SETEXT.match(line) if previous else None
         if atx and len(atx.group(1)) <= SECTION_LEVEL and atx.group(2).strip():
             starts.append(offsets[i])
-            units.append(Unit(_collapse(atx.group(2))[:200]))
+            units.append(Unit(heading_name(atx.group(2))))
         elif setext and (setext.group(1)[0] == "=" or SECTION_LEVEL >= 2):
             starts.append(offsets[i - 1])
-            units.append(Unit(_collapse(previous)[:200]))
+            units.append(Unit(heading_name(previous)))
         indented = line.startswith(("    ", "\t"))
         plain = line.strip() and not atx and not indented and not _LIST_OR_QUOTE.match(line)
         previous = line if plain and not setext else ""
@@ -328,7 +353,7 @@ def markdown_sections(text: str) -> tuple[list[int], list[Unit]]:
 
 def _page_title(soup: BeautifulSoup) -> str:
     title = soup.title.get_text() if soup.title else ""
-    return _collapse(title)[:200]
+    return _collapse(title)[:MAX_HEADING_NAME]
 
 
 def main_content(html: str) -> tuple[str, list[Block]]:
@@ -427,5 +452,5 @@ def read_epub(name: str, data: bytes, options: ReadOptions) -> Extracted:
         if not text.strip():
             continue
         heading = next((b.text for b in blocks if b.kind == "h"), "")
-        parts.append((Unit(heading[:200], len(parts) + 1), text))
+        parts.append((Unit(heading_name(heading), len(parts) + 1), text))
     return join_units(name, options.mime, parts)
