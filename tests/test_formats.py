@@ -307,6 +307,51 @@ def test_markdown_is_in_sections_by_heading_and_its_text_is_unchanged():
     assert location_label("section", got.units, 2, 3) == "sections \u2018Soil\u2019 \u2013 \u2018Watering\u2019"
 
 
+NOT_HEADINGS = """Intro.
+
+# Real
+
+<!--
+## Commented-out old section
+-->
+
+<div>
+# hash inside an html block
+</div>
+
+<pre>
+# shell prompt
+
+# after a blank line, still in pre
+</pre>
+
+- a list item that is long
+  and wraps onto a second line
+---
+
+> a quote
+continued lazily here
+---
+
+    # indented code
+
+A setext heading whose text
+runs over two lines
+===================
+
+Body.
+"""
+
+
+def test_markdown_headings_are_found_where_commonmark_finds_them():
+    """Found in a sweep of pandoc's test files and probes: a heading in an HTML comment or block
+    or indented code is none, and a --- under a list item or a quote is a rule."""
+    got = extract("notes.md", NOT_HEADINGS.encode())
+    assert [u.name for u in got.units] == [
+        "", "Real", "A setext heading whose text runs over two lines"]
+    assert got.text[got.page_starts[-1]:].startswith("A setext heading whose text\n")
+
+
 def test_markdown_without_headings_is_one_location_like_a_text_file():
     got = extract("list.md", b"- eggs\n- flour\n\nThat is all.\n")
     assert got.page_starts == [0] and got.units == ()
@@ -335,6 +380,11 @@ def test_a_page_whose_headings_sit_in_its_body_keeps_them_as_sections():
     ("snake_case_name stays, _this_ goes", "snake_case_name stays, this goes"),
     ("C\\+\\+ in 2 * 3 steps", "C++ in 2 * 3 steps"),
     ("![logo](logo.png) Release notes", "logo Release notes"),
+    ("Escaped \\*stars\\* and \\_under\\_", "Escaped *stars* and _under_"),
+    ("Header {#sec-2 .unnumbered}", "Header"),  # pandoc's attributes
+    ("[small caps]{.smallcaps} ~~gone~~ x^2^ and [ref][r1]", "small caps gone x2 and ref"),
+    ('A <span class="x">span</span> &amp; more', "A span & more"),
+    ("a < b and {a, b}", "a < b and {a, b}"),
 ])
 def test_a_section_is_named_by_its_heading_s_words_without_inline_markdown(heading, name):
     from marginalia_core.ingest.markup import heading_name

@@ -13,6 +13,7 @@ import io
 import re
 import warnings
 from dataclasses import dataclass
+from html import unescape
 
 from bs4 import BeautifulSoup, Comment, NavigableString, PageElement, Tag, XMLParsedAsHTMLWarning
 
@@ -55,12 +56,20 @@ _ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _LIST_OR_QUOTE = re.compile(r"^ {0,3}([-*+>]|\d+[.)])(\s|$)")
+# an HTML block (CommonMark 1, 2 and 6-7): a comment (to "-->"), pre/script/style/textarea (to
+# its closing tag), or another tag on its own line (to the next blank line)
+_HTML_OPEN = re.compile(r"^ {0,3}(?:(<!--)|<(pre|script|style|textarea)\b|</?[A-Za-z][\w-]*(?:\s|/?>|$))",
+                        re.IGNORECASE)
 # a heading's inline Markdown, left out of the name a citation shows: images and links (their
 # text kept), emphasis, strong and code marks; "_" only outside a word, as CommonMark reads it
-_INLINE_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_INLINE_LINK = re.compile(r"!?\[([^\]]*)\](?:\([^)]*\)|\[[^\]]*\]|\{[^}]*\})?")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
-_INLINE_MARK = re.compile(r"(\*\*|\*|(?<!\w)__|(?<!\w)_)(?=\S)(.+?)(?<=\S)\1(?!\w)")
-_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~])")
+_INLINE_MARK = re.compile(
+    r"(\*\*|\*|~~|\^|~|(?<!\w)__|(?<!\w)_)(?=\S)(.+?)(?<=\S)\1(?!\w)")
+_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~^$&])")
+_ATTRIBUTES = re.compile(r"\s*\{[#.][^{}]*\}\s*$|\s*\{-\}\s*$")  # pandoc's {#id .class}
+_HTML_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
+_ASIDE = 0xE000  # private-use characters hold what stands aside
 _NOTE_ID = re.compile(r"^(footnote|endnote)-(\d+)$")
 
 
@@ -80,20 +89,23 @@ def _collapse(text: str) -> str:
 
 def heading_name(text: str) -> str:
     """A heading as a citation names it ("section ‘Level 2 with emphasis’"): its words
-    without the inline Markdown that a heading's text carries ("Level 2 with *emphasis*")."""
-    codes: list[str] = []  # code spans stand aside (as private-use marks) while marks go
+    without the inline Markdown, HTML and pandoc attributes a heading's text may carry
+    ("Level 2 with *emphasis* {#sec-2}")."""
+    kept: list[str] = []  # code spans and escaped characters stand aside while marks go
 
     def aside(m: re.Match[str]) -> str:
-        codes.append(m.group(2))
-        return chr(0xE000 + len(codes) - 1)
+        kept.append(m.group(m.lastindex or 0))
+        return chr(_ASIDE + len(kept) - 1)
 
-    name = _INLINE_LINK.sub(r"\1", _INLINE_CODE.sub(aside, _collapse(text)[:4 * MAX_HEADING_NAME]))
+    name = _INLINE_CODE.sub(aside, _collapse(text)[:4 * MAX_HEADING_NAME])
+    name = _ESCAPED.sub(aside, name)
+    name = _ATTRIBUTES.sub("", name)
+    name = _INLINE_LINK.sub(r"\1", _HTML_TAG.sub("", name))
     for _ in range(3):  # nested marks: ***both***
         name = _INLINE_MARK.sub(r"\2", name)
-    name = _ESCAPED.sub(r"\1", name)
-    for n, code in enumerate(codes):
-        name = name.replace(chr(0xE000 + n), code)
-    return name[:MAX_HEADING_NAME]
+    for n, piece in enumerate(kept):
+        name = name.replace(chr(_ASIDE + n), piece)
+    return _collapse(unescape(name))[:MAX_HEADING_NAME]
 
 
 def _escape_cell(text: str) -> str:
@@ -306,7 +318,9 @@ def read_markdown(name: str, data: bytes, options: ReadOptions) -> Extracted:
 
 def markdown_sections(text: str) -> tuple[list[int], list[Unit]]:
     """(start offsets, units) of ``text``'s sections: one per heading of level <=
-    SECTION_LEVEL, plus the opening before the first one if it holds any text."""
+    SECTION_LEVEL, plus the opening before the first one if it holds any text. As CommonMark
+    reads it: not in fenced code, HTML blocks or comments, YAML front matter or indented code;
+    a setext underline only under a paragraph (under a list item or quote it is a rule)."""
     starts: list[int] = []
     units: list[Unit] = []
     lines = text.splitlines(keepends=True)
@@ -314,34 +328,58 @@ def markdown_sections(text: str) -> tuple[list[int], list[Unit]]:
     for line in lines:
         offsets.append(offsets[-1] + len(line))
     fence = ""
+    closes = ""  # what ends the HTML block or comment we are in ("" at a blank line)
+    in_html = False
     front = bool(lines) and lines[0].rstrip() == "---"
-    previous = ""  # the line before, when it could be a setext heading's text
+    para: list[int] = []  # the lines of the paragraph so far (a setext heading's text)
+    contained = False  # inside a list item or block quote, up to the next blank line
     for i, raw in enumerate(lines):
         line = raw.rstrip("\r\n")
         if front:  # YAML front matter: up to the closing --- or ...
             if i > 0 and line.rstrip() in ("---", "..."):
                 front = False
             continue
+        if in_html:
+            if (closes and closes in line.lower()) or (not closes and not line.strip()):
+                in_html = False
+            para = []
+            continue
         opened = _FENCE.match(line)
         if fence:
             if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
                 fence = ""
-            previous = ""
             continue
         if opened:
-            fence, previous = opened.group(1), ""
+            fence, para = opened.group(1), []
+            continue
+        tag = _HTML_OPEN.match(line)
+        if tag and not para:
+            closes = ("-->" if tag.group(1) else
+                      f"</{tag.group(2).lower()}>" if tag.group(2) else "")
+            in_html = not (closes and closes in line[tag.end():].lower())
+            continue
+        if not line.strip():
+            para, contained = [], False
             continue
         atx = _ATX.match(line)
-        setext = _SETEXT.match(line) if previous else None
-        if atx and len(atx.group(1)) <= SECTION_LEVEL and atx.group(2).strip():
-            starts.append(offsets[i])
-            units.append(Unit(heading_name(atx.group(2))))
-        elif setext and (setext.group(1)[0] == "=" or SECTION_LEVEL >= 2):
-            starts.append(offsets[i - 1])
-            units.append(Unit(heading_name(previous)))
-        indented = line.startswith(("    ", "\t"))
-        plain = line.strip() and not atx and not indented and not _LIST_OR_QUOTE.match(line)
-        previous = line if plain and not setext else ""
+        setext = _SETEXT.match(line) if para and not contained else None
+        if atx:
+            if len(atx.group(1)) <= SECTION_LEVEL and heading_name(atx.group(2)):
+                starts.append(offsets[i])
+                units.append(Unit(heading_name(atx.group(2))))
+            para = []
+        elif setext:
+            if (setext.group(1)[0] == "=" or SECTION_LEVEL >= 2) and \
+                    heading_name(" ".join(lines[j] for j in para)):
+                starts.append(offsets[para[0]])
+                units.append(Unit(heading_name(" ".join(lines[j] for j in para))))
+            para = []
+        elif _LIST_OR_QUOTE.match(line):
+            para, contained = [], True
+        elif not para and line.startswith(("    ", "\t")):
+            pass  # indented code
+        elif not contained:
+            para.append(i)
     if not starts or text[:starts[0]].strip():
         starts.insert(0, 0)
         units.insert(0, Unit(""))
