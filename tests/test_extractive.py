@@ -102,6 +102,13 @@ def test_units_join_soft_wraps_and_hyphenation_and_drop_headers():
     ]
 
 
+def test_a_markdown_quote_is_read_without_its_markers():
+    """pandoc's testsuite.md: the answer quoted "This is a block quote. > It is pretty short."""
+    text = "E-mail style:\n\n> This is a block quote.\n> It is pretty short.\n\n> 50 were late."
+    assert units(text) == ["E-mail style:", "This is a block quote. It is pretty short.",
+                           "> 50 were late."]
+
+
 def test_title_case_headings_between_paragraphs_are_dropped():
     text = (
         "History of the Mill\n"

@@ -121,6 +121,8 @@ ABBREVIATIONS = _wordset(
     "al cf approx eq eqs ref refs vol pp"  # papers: "Suganuma et al. (18) described …"
 )
 BULLET_RE = re.compile(r"^\s*(?:[-*•·▪‣]|\d{1,3}[.)]|[a-z][.)])\s+")
+# a Markdown block quote's markers ("> ", "> > "); not "> 50 patients", a comparison
+QUOTE_MARK_RE = re.compile(r"^(?:>\s?)+(?=[^\W\d]|[\"'“‘*_(\[]|$)")
 PAGE_NUMBER_RE = re.compile(
     r"^[\W_]*(?:page\s+)?(?:\d{1,4}|[ivxlcdm]{1,7})(?:\s*(?:of|/)\s*\d{1,4})?[\W_]*$", re.I
 )
@@ -243,7 +245,7 @@ def units(text: str) -> list[str]:
     current = ""
     broken = False  # a blank or furniture line since the last prose line
     for raw in text.splitlines():
-        line = " ".join(raw.split())
+        line = QUOTE_MARK_RE.sub("", " ".join(raw.split())).strip()
         at_break = broken or not current or bool(TERMINAL_RE.search(current))
         if not line or is_furniture(line) or (at_break and is_heading(line)):
             broken = True
