@@ -297,6 +297,26 @@ Spade.
 """
 
 
+def test_a_slide_s_chart_is_read_as_a_table_of_its_data():
+    """python-pptx's cht-charts.pptx holds one bar chart and no other text: it was refused as
+    holding no text. Its categories by series are a table a question can find."""
+    got = extract("cht-charts.pptx", (DATA / "cht-charts.pptx").read_bytes())
+    assert got.units[0].number == 1
+    assert "| Category | Series 1 | Series 2 | Series 3 |" in got.text
+    assert "| Category 2 | 2.5 | 4.4 | 2 |" in got.text
+
+
+def test_a_chart_python_pptx_cannot_read_leaves_the_slide_s_text(monkeypatch):
+    from marginalia_core.ingest import office
+
+    def unreadable(chart):
+        raise KeyError("c:plotArea")
+
+    monkeypatch.setattr(office, "_chart_blocks", unreadable)
+    with pytest.raises(formats.EmptyFileError):  # the deck has nothing else: refused, not a crash
+        extract("cht-charts.pptx", (DATA / "cht-charts.pptx").read_bytes())
+
+
 def test_markdown_is_in_sections_by_heading_and_its_text_is_unchanged():
     got = extract("garden.md", MARKDOWN.encode())
     assert got.text == MARKDOWN

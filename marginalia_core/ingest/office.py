@@ -23,6 +23,8 @@ from marginalia_core.ingest.extraction import Extracted, ReadOptions, Unit, join
 DOCX_STYLE_MAP = "comment-reference => sup"
 NOTES_HEADING = "Notes"
 COMMENTS_HEADING = "Comments"
+# a chart's data as a table: its categories (or points) kept up to this many rows
+MAX_CHART_ROWS = 200
 
 LOG = logging.getLogger(__name__)
 
@@ -60,20 +62,56 @@ def read_docx(name: str, data: bytes, options: ReadOptions) -> Extracted:
 # ------------------------------------------------------------------------------ PowerPoint
 
 
+def _table(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]])
+
+
+def _number(value: Any) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _chart_blocks(chart: Any) -> list[str]:
+    """A chart's title and data as a Markdown table (categories by series): what it shows,
+    for a question about it ("What were sales in the 1st quarter?"). A deck of charts alone
+    was refused as holding no text."""
+    title = ""
+    if chart.has_title and chart.chart_title.has_text_frame:
+        title = " ".join(chart.chart_title.text_frame.text.split())
+    series = list(chart.series)
+    if not series:
+        return []
+    try:
+        categories = [" ".join(str(c).split()) for c in chart.plots[0].categories]
+    except (IndexError, AttributeError, KeyError):  # an XY or bubble chart: no categories
+        categories = []
+    values = [list(s.values) for s in series]
+    count = min(max(len(v) for v in values), MAX_CHART_ROWS)
+    names = [markup._escape_cell(s.name or f"Series {n}") for n, s in enumerate(series, 1)]
+    rows = [["Category" if categories else "Point", *names]]
+    for i in range(count):
+        label = categories[i] if i < len(categories) else str(i + 1)
+        rows.append([markup._escape_cell(label),
+                     *[_number(v[i]) if i < len(v) else "" for v in values]])
+    return [f"**Chart{': ' + title if title else ''}**", _table(rows)]
+
+
 def _shape_blocks(shape: Any) -> list[str]:
     from pptx.enum.shapes import MSO_SHAPE_TYPE  # noqa: PLC0415
 
     if shape.shape_type == MSO_SHAPE_TYPE.GROUP:
         return [text for inner in shape.shapes for text in _shape_blocks(inner)]
+    if getattr(shape, "has_chart", False) and shape.has_chart:
+        try:
+            return _chart_blocks(shape.chart)
+        except Exception as err:  # a chart python-pptx cannot read: the slide's text still counts
+            LOG.info("a chart could not be read: %s", type(err).__name__)
+            return []
     if getattr(shape, "has_table", False) and shape.has_table:
         rows = [[markup._escape_cell(cell.text) for cell in row.cells]
                 for row in shape.table.rows]
         rows = [r for r in rows if any(r)]
-        if not rows:
-            return []
-        lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
-        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-        return ["\n".join(lines)]
+        return [_table(rows)] if rows else []
     if not getattr(shape, "has_text_frame", False) or not shape.has_text_frame:
         return []
     lines = []
