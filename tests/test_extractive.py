@@ -7,7 +7,7 @@ import re
 
 import pytest
 import squad_answers
-from conftest import PDFS, SAMPLES, SHARED_EVAL, requires_eval
+from conftest import PDFS, ROOT, SAMPLES, SHARED_EVAL, requires_eval
 
 from marginalia_core.citations import cited, find_marks
 from marginalia_core.ingest.pipeline import ingest_bytes, ingest_path
@@ -107,6 +107,29 @@ def test_a_markdown_quote_is_read_without_its_markers():
     text = "E-mail style:\n\n> This is a block quote.\n> It is pretty short.\n\n> 50 were late."
     assert units(text) == ["E-mail style:", "This is a block quote. It is pretty short.",
                            "> 50 were late."]
+
+
+def test_a_markdown_table_row_is_a_sentence_that_names_its_columns():
+    """A table (Word, PowerPoint, web pages) was one run-on unit of cells and rules; the answer
+    quoted '| Category | Series 1 | … | --- | --- |'. A passage may start mid-table: no header."""
+    text = ("| Category 3 | 3.5 | 1.8 |\n| Category 4 | 4.5 | 2.8 |\n\nProse here.\n\n"
+            "| Name | Age | Note |\n| --- | ---: | --- |\n| Ann | 34 | likes a\\|b |\n"
+            "| Bob |  |  |\n|  |  |  |")
+    assert units(text) == [
+        "Category 3 — 3.5; 1.8.", "Category 4 — 4.5; 2.8.", "Prose here.",
+        "Ann — Age: 34; Note: likes a|b.", "Bob.",
+    ]
+
+
+def test_a_question_about_a_chart_s_cell_is_answered_with_its_row(workspace):
+    """python-pptx's cht-charts.pptx: a chart, read as a table of its data."""
+    name = "cht-charts.pptx"
+    end = list(ingest_bytes(workspace.store, workspace.embedder, workspace.settings, name,
+                            (ROOT / "tests" / "data" / "formats" / name).read_bytes()))[-1]
+    assert end["type"] == "done", end
+    events, answer = ask(workspace, "What was the value of Series 2 in Category 2?")
+    assert answer.startswith("Category 2 — Series 1: 2.5; Series 2: 4.4; Series 3: 2 [1].")
+    assert events[-1]["support"][0]["supported"]
 
 
 def test_title_case_headings_between_paragraphs_are_dropped():

@@ -121,6 +121,10 @@ ABBREVIATIONS = _wordset(
     "al cf approx eq eqs ref refs vol pp"  # papers: "Suganuma et al. (18) described …"
 )
 BULLET_RE = re.compile(r"^\s*(?:[-*•·▪‣]|\d{1,3}[.)]|[a-z][.)])\s+")
+# a Markdown table (Word, PowerPoint, OpenDocument, web pages): a row, the rule under the header
+TABLE_ROW_RE = re.compile(r"^\|(.*)\|$")
+TABLE_RULE_RE = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+$")
+TABLE_CELL_RE = re.compile(r"(?<!\\)\|")
 # a Markdown block quote's markers ("> ", "> > "); not "> 50 patients", a comparison
 QUOTE_MARK_RE = re.compile(r"^(?:>\s?)+(?=[^\W\d]|[\"'“‘*_(\[]|$)")
 PAGE_NUMBER_RE = re.compile(
@@ -235,6 +239,22 @@ def _join(left: str, right: str) -> str:
     return f"{left} {right}"
 
 
+def _cells(row: str) -> list[str]:
+    return [" ".join(c.replace("\\|", "|").split())
+            for c in TABLE_CELL_RE.split(TABLE_ROW_RE.match(row).group(1))]  # type: ignore[union-attr]
+
+
+def row_statement(header: list[str], cells: list[str]) -> str:
+    """A table row as a sentence that names its columns ("Category 2 — Series 1: 2.5; Series
+    2: 4.4."), so a question about a cell finds, and an answer quotes, that row; "" for an
+    empty row."""
+    pairs = [f"{h}: {c}" if h else c for h, c in zip(header[1:], cells[1:], strict=False) if c]
+    lead = cells[0] if cells else ""
+    if not pairs:
+        return f"{lead}." if lead else ""
+    return f"{lead} — {'; '.join(pairs)}." if lead else f"{'; '.join(pairs)}."
+
+
 def units(text: str) -> list[str]:
     """The passage as prose units (paragraphs, list items) with page furniture removed.
 
@@ -244,8 +264,29 @@ def units(text: str) -> list[str]:
     out: list[str] = []
     current = ""
     broken = False  # a blank or furniture line since the last prose line
+    header: list[str] | None = None  # the header of the Markdown table we are in
+    first: list[str] | None = None  # its first row: the header if the rule follows
     for raw in text.splitlines():
         line = QUOTE_MARK_RE.sub("", " ".join(raw.split())).strip()
+        if TABLE_ROW_RE.match(line):  # each row a unit of its own, naming its columns
+            if current:
+                out.append(current)
+            current, broken = "", True
+            cells = _cells(line) if not TABLE_RULE_RE.match(line) else None
+            if cells is None:  # the rule: the row above it is the header
+                header, first = first or header, None
+            elif header is not None:
+                out.append(row_statement(header, cells))
+            elif first is None:
+                first = cells  # the header, if the rule follows
+            else:  # no rule under it: a passage that starts mid-table, no header known
+                header = [""] * max(len(first), len(cells))
+                out += [row_statement(header, first), row_statement(header, cells)]
+                first = None
+            continue
+        if first is not None:
+            out.append(row_statement([""] * len(first), first))
+        header = first = None
         at_break = broken or not current or bool(TERMINAL_RE.search(current))
         if not line or is_furniture(line) or (at_break and is_heading(line)):
             broken = True
@@ -259,9 +300,11 @@ def units(text: str) -> list[str]:
         else:
             current = _join(current, line)
         broken = False
+    if first is not None:
+        out.append(row_statement([""] * len(first), first))
     if current:
         out.append(current)
-    return out
+    return [u for u in out if u]
 
 
 # Wikipedia-style page references after a word or punctuation ("City:57–60 where", "1873.:33");
