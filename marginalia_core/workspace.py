@@ -608,6 +608,12 @@ class Workspace:
         """A conversation's messages, oldest first, each assistant message with its sources."""
         return self.store.messages(conversation_id)
 
+    def missing_documents(self, document_ids: Iterable[str]) -> set[str]:
+        """Those of ``document_ids`` no longer in the library: a saved answer's sources keep
+        the passages of a document deleted since, and a reader should be told so."""
+        ids = list(dict.fromkeys(i for i in document_ids if i))
+        return set(self.store.missing_documents(ids)) if ids else set()
+
     def delete_conversation(self, conversation_id: str) -> bool:
         return self.store.delete_conversation(conversation_id)
 

@@ -159,6 +159,7 @@ def test_documents_conversations_search_and_deletes(served):
         full = client.get(f"/api/conversations/{conv}").json()
         assert [m["role"] for m in full["messages"]] == ["user", "assistant"] * 2
         assert full["messages"][1]["sources"] and "documentName" in full["messages"][1]["sources"][0]
+        assert not any(s["documentDeleted"] for s in full["messages"][1]["sources"])
         assert "support" in full["messages"][1]  # saved with the answer (the answers issue)
 
         assert client.delete(f"/api/conversations/{conv}").json() == {"type": "done",
@@ -167,8 +168,15 @@ def test_documents_conversations_search_and_deletes(served):
         assert gone.status_code == 404 and gone.json()["reason"] == "not_found"
         assert client.delete(f"/api/conversations/{conv}").status_code == 404
 
+        with client.stream("POST", "/api/chat", json={"message": "How are passages cited?",
+                                                      "documentIds": [only]}) as response:
+            kept = ndjson(response)[-1]["conversationId"]
         assert client.delete(f"/api/documents/{only}").status_code == 200
         assert only not in {d["id"] for d in client.get("/api/documents").json()}
+        # its answer keeps the passages as cited, each saying its document is gone
+        cited = [s for m in client.get(f"/api/conversations/{kept}").json()["messages"]
+                 for s in m["sources"]]
+        assert cited and all(s["documentDeleted"] for s in cited)
         assert client.delete(f"/api/documents/{only}").status_code == 404
         with client.stream("POST", "/api/chat", json={"message": "cited?",
                                                       "documentIds": [only]}) as response:

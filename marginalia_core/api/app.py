@@ -309,10 +309,16 @@ def create_app(
 
     @app.get("/api/conversations/{conversation_id}", tags=["conversations"])
     def get_conversation(conversation_id: str) -> dict[str, Any]:
-        """The conversation with its messages, oldest first, each answer with its Sources."""
+        """The conversation with its messages, oldest first, each answer with its Sources (each
+        saying ``documentDeleted`` when its document was deleted since: the passage as cited)."""
         conversation = ws.conversation(conversation_id)
-        return events.to_wire({**conversation.to_dict(),
-                              "messages": [m.to_dict() for m in ws.messages(conversation_id)]})
+        messages = ws.messages(conversation_id)
+        gone = ws.missing_documents(str(s.get("document_id", "")) for m in messages
+                                    for s in m.sources)
+        return events.to_wire({**conversation.to_dict(), "messages": [
+            {**m.to_dict(), "sources": [{**s, "document_deleted": s.get("document_id") in gone}
+                                        for s in m.sources]}
+            for m in messages]})
 
     @app.delete("/api/conversations/{conversation_id}", tags=["conversations"])
     def delete_conversation(conversation_id: str) -> dict[str, Any]:
