@@ -64,8 +64,8 @@ _HTML_OPEN = re.compile(r"^ {0,3}(?:(<!--)|<(pre|script|style|textarea)\b|</?[A-
 # text kept), emphasis, strong and code marks; "_" only outside a word, as CommonMark reads it
 _INLINE_LINK = re.compile(r"!?\[([^\]]*)\](?:\([^)]*\)|\[[^\]]*\]|\{[^}]*\})?")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
-_INLINE_MARK = re.compile(
-    r"(\*\*|\*|~~|\^|~|(?<!\w)__|(?<!\w)_)(?=\S)(.+?)(?<=\S)\1(?!\w)")
+_INLINE_MARK = re.compile(  # a mark's text is bounded, so "*a*a*a…" costs linear time
+    r"(\*\*|\*|~~|\^|~|(?<!\w)__|(?<!\w)_)(?=\S)(.{1,120}?)(?<=\S)\1(?!\w)")
 _ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~^$&])")
 _ATTRIBUTES = re.compile(r"\s*\{[#.][^{}]*\}\s*$|\s*\{-\}\s*$")  # pandoc's {#id .class}
 _HTML_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
@@ -97,7 +97,7 @@ def heading_name(text: str) -> str:
         kept.append(m.group(m.lastindex or 0))
         return chr(_ASIDE + len(kept) - 1)
 
-    name = _INLINE_CODE.sub(aside, _collapse(text)[:4 * MAX_HEADING_NAME])
+    name = _INLINE_CODE.sub(aside, _collapse(text)[:2 * MAX_HEADING_NAME])
     name = _ESCAPED.sub(aside, name)
     name = _ATTRIBUTES.sub("", name)
     name = _INLINE_LINK.sub(r"\1", _HTML_TAG.sub("", name))
@@ -363,16 +363,14 @@ def markdown_sections(text: str) -> tuple[list[int], list[Unit]]:
             continue
         atx = _ATX.match(line)
         setext = _SETEXT.match(line) if para and not contained else None
-        if atx:
-            if len(atx.group(1)) <= SECTION_LEVEL and heading_name(atx.group(2)):
-                starts.append(offsets[i])
-                units.append(Unit(heading_name(atx.group(2))))
-            para = []
-        elif setext:
-            if (setext.group(1)[0] == "=" or SECTION_LEVEL >= 2) and \
-                    heading_name(" ".join(lines[j] for j in para)):
-                starts.append(offsets[para[0]])
-                units.append(Unit(heading_name(" ".join(lines[j] for j in para))))
+        if atx or setext:
+            start = offsets[i] if atx else offsets[para[0]]
+            level = (len(atx.group(1)) if atx
+                     else 1 if setext and setext.group(1)[0] == "=" else 2)
+            name = heading_name(atx.group(2) if atx else " ".join(lines[j] for j in para))
+            if level <= SECTION_LEVEL and name:
+                starts.append(start)
+                units.append(Unit(name))
             para = []
         elif _LIST_OR_QUOTE.match(line):
             para, contained = [], True
