@@ -1,5 +1,6 @@
 """Markdown sections: time to find the headings of a file of ordinary headings against one of
-the same size whose headings are built to make emphasis matching backtrack ("*a*a*a…").
+the same size whose headings are built to make emphasis matching backtrack ("*a*a*a…"); and
+the margin's rendering of a passage whose heading is padded with spaces against an ordinary one.
 
     python benchmarks/bench_markdown_sections.py [--headings 2000] [--rounds 3]
 
@@ -15,7 +16,10 @@ import time
 
 import _common as C
 
+from marginalia_app.passages import markdown_html
 from marginalia_core.ingest.markup import markdown_sections
+
+PASSAGE_CHARS = 1400  # a chunk's target size
 
 
 def files(headings: int) -> dict[str, str]:
@@ -40,9 +44,18 @@ def main() -> int:
             starts, _units = markdown_sections(text)
             best[name] = min(best.get(name, float("inf")), time.perf_counter() - t0)
             assert len(starts) == headings, (name, len(starts))
+    passages = {"ordinary passage": "# Results\n\n" + "word " * (PASSAGE_CHARS // 5),
+                "padded heading": "# a" + " " * PASSAGE_CHARS + "b"}
+    for _ in range(rounds):
+        for name, text in passages.items():
+            t0 = time.perf_counter()
+            markdown_html(text)
+            best[name] = min(best.get(name, float("inf")), time.perf_counter() - t0)
     out = {**C.provenance(), "headings": headings, "chars": len(docs["hostile"]),
-           "seconds": {k: round(v, 3) for k, v in best.items()},
-           "hostile_over_ordinary": round(best["hostile"] / best["ordinary"], 2)}
+           "seconds": {k: round(v, 4) for k, v in best.items()},
+           "hostile_over_ordinary": round(best["hostile"] / best["ordinary"], 2),
+           "padded_over_ordinary_passage": round(best["padded heading"]
+                                                 / best["ordinary passage"], 2)}
     print(json.dumps(out, indent=2))
     return 0
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from marginalia_app import presentation as fmt
 from marginalia_core.citations import find_marks
 from marginalia_core.ingest import formats
+from marginalia_core.ingest.markup import atx_heading_text
 from marginalia_core.ingest.page_images import PageRenderError
 from marginalia_core.store.records import Message
 
@@ -121,7 +122,7 @@ class Block:
     rows: list[list[list[Segment]]] = field(default_factory=list)  # "table": cells' segments
 
 
-_HEADING_RE = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_HEADING_RE = re.compile(r"^ {0,3}(#{1,6})\s+(.*)$")  # closing #s: markup.atx_heading_text
 _BULLET_RE = re.compile(r"^ {0,3}([-*+])\s+(.*)$")
 _ORDERED_RE = re.compile(r"^ {0,3}(\d{1,9})[.)]\s+(.*)$")
 _QUOTE_RE = re.compile(r"^ {0,3}>\s?(.*)$")
@@ -200,7 +201,8 @@ def parse_markdown(content: str) -> list[Block]:
             blocks.append(Block("hr", [], 0, ""))
         elif heading := _HEADING_RE.match(line):
             flush()
-            blocks.append(_inline_block("h", heading.group(2), len(heading.group(1))))
+            blocks.append(_inline_block("h", atx_heading_text(heading.group(2)),
+                                        len(heading.group(1))))
         elif item := _BULLET_RE.match(line) or _ORDERED_RE.match(line):
             flush()
             kind, level = "li", int(item.re is _ORDERED_RE)

@@ -168,3 +168,12 @@ def test_ingest_outcomes_name_pages_only_for_pdfs():
     assert outcome_label(md) == "notes\\.md — indexed: 2 passages"
     pdf = IngestOutcome("r.pdf", "indexed", chunks=1, pages=4, mime="application/pdf")
     assert outcome_label(pdf) == "r\\.pdf — indexed: 1 passage, 4 pages"
+
+
+def test_a_heading_s_closing_hashes_and_padding_are_not_its_text():
+    """The heading pattern ended '\\s*#*\\s*$' after a lazy text: a heading padded with spaces
+    made it backtrack for seconds per card. Its closing #s are now found without a regex."""
+    blocks = mg.parse_markdown("## Tools ##\n\n# C#\n\n# a" + " " * 1500 + "b  #")
+    assert [(b.kind, b.plain) for b in blocks] == [
+        ("h", "Tools"), ("h", "C#"), ("h", "a b")]
+    assert "<h" in mg.markdown_html("# a" + " " * 1500 + "b")

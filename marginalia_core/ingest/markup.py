@@ -52,7 +52,7 @@ _SPACE = re.compile(r"\s+")
 _WORD = re.compile(r"[^\W_]+")
 # Markdown headings that start a section (levels 1 to SECTION_LEVEL): ATX ("## Setup") and
 # setext (a line underlined with = or -); fenced code and YAML front matter are not read.
-_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")  # its closing #s go in atx_heading_text (linear)
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _LIST_OR_QUOTE = re.compile(r"^ {0,3}([-*+>]|\d+[.)])(\s|$)")
@@ -316,6 +316,14 @@ def read_markdown(name: str, data: bytes, options: ReadOptions) -> Extracted:
                      page_count=len(starts), units=tuple(units))
 
 
+def atx_heading_text(raw: str) -> str:
+    """An ATX heading's text without its optional closing sequence ("## Tools ##"), found in
+    Python: a regex for it backtracks (a heading padded with 2,000 spaces took seconds)."""
+    text = raw.strip()
+    bare = text.rstrip("#")
+    return bare.rstrip() if bare != text and (not bare or bare[-1] in " \t") else text
+
+
 def markdown_sections(text: str) -> tuple[list[int], list[Unit]]:
     """(start offsets, units) of ``text``'s sections: one per heading of level <=
     SECTION_LEVEL, plus the opening before the first one if it holds any text. As CommonMark
@@ -367,7 +375,8 @@ def markdown_sections(text: str) -> tuple[list[int], list[Unit]]:
             start = offsets[i] if atx else offsets[para[0]]
             level = (len(atx.group(1)) if atx
                      else 1 if setext and setext.group(1)[0] == "=" else 2)
-            name = heading_name(atx.group(2) if atx else " ".join(lines[j] for j in para))
+            name = heading_name(atx_heading_text(atx.group(2)) if atx
+                                else " ".join(lines[j] for j in para))
             if level <= SECTION_LEVEL and name:
                 starts.append(start)
                 units.append(Unit(name))
