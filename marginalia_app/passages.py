@@ -69,7 +69,8 @@ class Segment:
 
 _INLINE_RE = re.compile(
     r"(?P<esc>\\[!-/:-@\[-`{-~])"
-    r"|(?P<code>(?P<ticks>`+)(?P<codebody>.+?)(?P=ticks))"
+    # whole backtick runs only, as CommonMark reads them (any run was tried: cubic on "````…")
+    r"|(?P<code>(?<!`)(?P<ticks>`+)(?!`)(?P<codebody>.{1,4000}?)(?<!`)(?P=ticks)(?!`))"
     r"|(?P<img>!\[(?P<alt>[^\]]*)\]\((?:[^()\s]|\([^()]*\))*(?:\s[^()]*)?\))"
     r"|(?P<link>\[(?P<linktext>[^\]]+)\]\((?:[^()\s]|\([^()]*\))*(?:\s[^()]*)?\))"
     r"|(?P<auto><(?:https?|mailto|ftp):[^>\s]*>)"

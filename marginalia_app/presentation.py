@@ -291,7 +291,7 @@ class AnswerStream:
 
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+|\n+")
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
-_QUOTED_RE = re.compile(r"[“\"]([^”\"]{20,})[”\"]")
+_QUOTED_RE = re.compile(r"[“\"]([^“”\"]{20,})[”\"]")  # no opening quote inside: linear
 _FORMATTING_RE = re.compile(r"(^|\s)(#{1,6}|[-*+]|\d+[.)])\s+|[*_`~]+")
 _STOP_WORDS = (
     "a an and are as at be but by for from has have in is it its of on or that the this to "

@@ -82,7 +82,7 @@ def history_turn(message: Message) -> HistoryTurn:
     """A stored message as a history turn. An earlier answer's ``[n]`` marks numbered *its*
     sources, not this question's, so they are removed rather than left to be misread."""
     if message.role == "assistant":
-        content = re.sub(r"[ \t]+([.,;:!?])", r"\1", MARK_RE.sub("", message.content))
+        content = re.sub(r"(?<![ \t])[ \t]+([.,;:!?])", r"\1", MARK_RE.sub("", message.content))
         return HistoryTurn(role="assistant", content=content)
     return HistoryTurn(role="user", content=message.content)
 

@@ -58,7 +58,8 @@ _BARE_NUMBER = re.compile(r"^\d{1,3}$")
 # brackets so the word is whole again and a reader still sees the marker: "Jordan.[20] He".
 # Only after a word of 2+ letters ending in lower case, so decimals ("3.20") and initials are
 # left alone, and not after reference abbreviations ("pp.20", "vol.3").
-_GLUED_FOOTNOTE = re.compile(r"([^\W\d_]*[a-z])([.,;:!?\u201d\"')])(\d{1,3})(?=\s|$)")
+_GLUED_FOOTNOTE = re.compile(  # from a word's start only: from every letter it was quadratic
+    r"(?<![^\W\d_])([^\W\d_]*[a-z])([.,;:!?\u201d\"')])(\d{1,3})(?=\s|$)")
 _NUMBERED_ABBREVIATIONS = frozenset(
     {"p", "pp", "vol", "vols", "no", "nos", "fig", "figs", "ch", "chap", "art", "sec", "ed",
      "eq", "ref", "cf", "n", "nn", "para", "l", "ll", "v", "vv", "op", "cit"}

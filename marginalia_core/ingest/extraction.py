@@ -148,7 +148,9 @@ _HSPACE_RUN = re.compile(r"[^\S\n]+")
 _SPACE_AROUND_NEWLINE = re.compile(r" ?\n ?")
 _MANY_NEWLINES = re.compile(r"\n{3,}")
 # The word before a line-end hyphen (with any hyphens of its own) and the letter after.
-_HYPHEN_BREAK = re.compile(r"([^\W\d_]+(?:-[^\W\d_]+)*)-\n([^\W\d_]+-?)")
+# Starts only where a word starts: from every letter of a long run it was quadratic per page.
+_HYPHEN_BREAK = re.compile(
+    r"(?<![^\W\d_])(?<![^\W\d_]-)([^\W\d_]+(?:-[^\W\d_]+)*)-\n([^\W\d_]+-?)")
 # A soft hyphen (U+00AD) at a line end is the text layer saying "this word was broken here".
 _SOFT_HYPHEN_BREAK = re.compile("\u00ad[^\\S\n]*\n[^\\S\n]*")
 

@@ -30,7 +30,8 @@ MIN_VISIBLE_CHARS = 20
 # numbers each and fewer letters than digits.
 TABLE_MIN_LINES = 3
 TABLE_MIN_NUMBERS = 3
-_MARKDOWN_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)+\|?\s*$")
+_MARKDOWN_RULE = re.compile(  # no two \s* side by side: a line of spaces made it backtrack
+    r"^\s*(?:\|\s*)?:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)+(?:\|\s*)?$")
 _NUMBER = re.compile(r"(?<!\w)[-+(]?\d[\d.,:%]*\)?(?!\w)")
 _ORDINARY = frozenset(" \t\n.,;:!?'\"()[]{}-–—/&%$€£#*+=<>@_…’‘“”«»§°|~^`\\")
 
