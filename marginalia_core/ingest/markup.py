@@ -108,6 +108,17 @@ def heading_name(text: str) -> str:
     return _collapse(unescape(name))[:MAX_HEADING_NAME]
 
 
+def markdown_table(rows: list[list[str]]) -> str:
+    """Escaped cells as a Markdown table, the first row its header, short rows padded; "" for
+    none. Every reader's tables (web pages, Word, OpenDocument, PowerPoint, charts) are this."""
+    if not rows:
+        return ""
+    width = max(len(r) for r in rows)
+    rows = [r + [""] * (width - len(r)) for r in rows]
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]])
+
+
 def _escape_cell(text: str) -> str:
     return _collapse(text).replace("|", "\\|")
 
@@ -248,13 +259,7 @@ class _Converter:
                                                                         recursive=False)]
             if any(cells):
                 rows.append(cells)
-        if not rows:
-            return ""
-        width = max(len(r) for r in rows)
-        rows = [r + [""] * (width - len(r)) for r in rows]
-        lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
-        lines.extend("| " + " | ".join(r) + " |" for r in rows[1:])
-        return "\n".join(lines)
+        return markdown_table(rows)
 
 
 _INLINE_TAGS = {"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "i", "kbd",

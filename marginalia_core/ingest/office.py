@@ -62,11 +62,6 @@ def read_docx(name: str, data: bytes, options: ReadOptions) -> Extracted:
 # ------------------------------------------------------------------------------ PowerPoint
 
 
-def _table(rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]])
-
-
 def _number(value: Any) -> str:
     return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
@@ -93,7 +88,7 @@ def _chart_blocks(chart: Any) -> list[str]:
         label = categories[i] if i < len(categories) else str(i + 1)
         rows.append([markup._escape_cell(label),
                      *[_number(v[i]) if i < len(v) else "" for v in values]])
-    return [f"**Chart{': ' + title if title else ''}**", _table(rows)]
+    return [f"**Chart{': ' + title if title else ''}**", markup.markdown_table(rows)]
 
 
 def _shape_blocks(shape: Any) -> list[str]:
@@ -111,7 +106,7 @@ def _shape_blocks(shape: Any) -> list[str]:
         rows = [[markup._escape_cell(cell.text) for cell in row.cells]
                 for row in shape.table.rows]
         rows = [r for r in rows if any(r)]
-        return [_table(rows)] if rows else []
+        return [markup.markdown_table(rows)] if rows else []
     if not getattr(shape, "has_text_frame", False) or not shape.has_text_frame:
         return []
     lines = []
@@ -217,11 +212,7 @@ def _odf_blocks(node: Any, out: list[markup.Block], depth: int = 0,
                 if any(cells):
                     rows.append(cells)
             if rows:
-                width = max(len(r) for r in rows)
-                rows = [r + [""] * (width - len(r)) for r in rows]
-                lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
-                lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-                out.append(markup.Block("md", "\n".join(lines)))
+                out.append(markup.Block("md", markup.markdown_table(rows)))
         elif tag in ("section", "div"):
             _odf_blocks(child, out, depth, notes)
 
