@@ -28,6 +28,13 @@ from marginalia_core.citations import find_marks
 from marginalia_core.ingest import formats
 from marginalia_core.ingest.markup import atx_heading_text
 from marginalia_core.ingest.page_images import PageRenderError
+from marginalia_core.markdown import (
+    TABLE_ROW_RE,
+    TABLE_RULE_RE,
+    Segment,
+    parse_inline,
+    table_cells,
+)
 from marginalia_core.store.records import Message
 
 if TYPE_CHECKING:
@@ -59,59 +66,6 @@ def anchor_id(scope: str, mid: str, n: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# inline markdown -> (text, styles) segments
-
-@dataclass(frozen=True)
-class Segment:
-    text: str
-    styles: tuple[str, ...] = ()
-
-
-_INLINE_RE = re.compile(
-    r"(?P<esc>\\[!-/:-@\[-`{-~])"
-    # whole backtick runs only, as CommonMark reads them (any run was tried: cubic on "````…")
-    r"|(?P<code>(?<!`)(?P<ticks>`+)(?!`)(?P<codebody>.{1,4000}?)(?<!`)(?P=ticks)(?!`))"
-    r"|(?P<img>!\[(?P<alt>[^\]]*)\]\((?:[^()\s]|\([^()]*\))*(?:\s[^()]*)?\))"
-    r"|(?P<link>\[(?P<linktext>[^\]]+)\]\((?:[^()\s]|\([^()]*\))*(?:\s[^()]*)?\))"
-    r"|(?P<auto><(?:https?|mailto|ftp):[^>\s]*>)"
-    r"|(?P<strong>\*\*(?P<sbody>(?=\S)(?:(?!\*\*).)+?(?<=\S))\*\*"
-    r"|(?<!\w)__(?P<sbody2>(?=\S)(?:(?!__).)+?(?<=\S))__(?!\w))"
-    r"|(?P<em>\*(?P<ebody>(?=[^\s*])[^*]*?(?<=[^\s*]))\*"
-    r"|(?<!\w)_(?P<ebody2>(?=[^\s_])[^_]*?(?<=[^\s_]))_(?!\w))"
-)
-
-
-def parse_inline(text: str, styles: tuple[str, ...] = ()) -> list[Segment]:
-    """Inline markdown as styled plain-text segments; the concatenated texts are what a reader
-    sees (markers removed, link addresses and image sources dropped)."""
-    out: list[Segment] = []
-    pos = 0
-    for m in _INLINE_RE.finditer(text):
-        if m.start() > pos:
-            out.append(Segment(text[pos : m.start()], styles))
-        if m.group("esc"):
-            out.append(Segment(m.group("esc")[1], styles))
-        elif m.group("code"):
-            out.append(Segment(m.group("codebody"), (*styles, "code")))
-        elif m.group("img") is not None and m.group("img"):
-            out.append(Segment(m.group("alt") or "image", (*styles, "img")))
-        elif m.group("link"):
-            out.extend(parse_inline(m.group("linktext"), (*styles, "link")))
-        elif m.group("auto"):
-            out.append(Segment(m.group("auto")[1:-1], (*styles, "link")))
-        elif m.group("strong"):
-            body = m.group("sbody") or m.group("sbody2") or ""
-            out.extend(parse_inline(body, (*styles, "strong")))
-        elif m.group("em"):
-            body = m.group("ebody") or m.group("ebody2") or ""
-            out.extend(parse_inline(body, (*styles, "em")))
-        pos = m.end()
-    if pos < len(text):
-        out.append(Segment(text[pos:], styles))
-    return [s for s in out if s.text]
-
-
-# ---------------------------------------------------------------------------------------------
 # blocks
 
 @dataclass
@@ -129,9 +83,6 @@ _ORDERED_RE = re.compile(r"^ {0,3}(\d{1,9})[.)]\s+(.*)$")
 _QUOTE_RE = re.compile(r"^ {0,3}>\s?(.*)$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _HR_RE = re.compile(r"^ {0,3}([-*_])(?:\s*\1){2,}\s*$")
-_TABLE_ROW_RE = re.compile(r"^ {0,3}\|.*\|\s*$")
-_TABLE_RULE_RE = re.compile(r"^ {0,3}\|(?:\s*:?-{3,}:?\s*\|)+\s*$")
-_CELL_SPLIT_RE = re.compile(r"(?<!\\)\|")
 CELL_SEPARATOR = " | "  # between cells in the display text (highlight offsets)
 
 
@@ -141,10 +92,10 @@ def _table_block(lines: list[str]) -> Block:
     header = 0
     rows: list[list[list[Segment]]] = []
     for line in lines:
-        if _TABLE_RULE_RE.match(line):
+        if TABLE_RULE_RE.match(line):
             header = len(rows)
             continue
-        cells = _CELL_SPLIT_RE.split(line.strip())[1:-1]
+        cells = table_cells(line)
         rows.append([parse_inline(" ".join(c.split())) for c in cells])
     plain = "\n".join(CELL_SEPARATOR.join("".join(s.text for s in cell) for cell in row)
                       for row in rows)
@@ -187,10 +138,10 @@ def parse_markdown(content: str) -> list[Block]:
                 blocks.append(Block("code", [Segment(code, ("code",))], 0, code))
             i += 1
             continue
-        if _TABLE_ROW_RE.match(line):
+        if TABLE_ROW_RE.match(line):
             flush()
             table = []
-            while i < len(lines) and _TABLE_ROW_RE.match(lines[i]):
+            while i < len(lines) and TABLE_ROW_RE.match(lines[i]):
                 table.append(lines[i])
                 i += 1
             blocks.append(_table_block(table))

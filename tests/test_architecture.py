@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import ROOT
 
 CORE = ROOT / "marginalia_core"
-BASE = {"config", "errors", "events", "citations", "registry", "__init__"}
+BASE = {"config", "errors", "events", "citations", "markdown", "registry", "__init__"}
 # lower number = lower layer; a module may import its own layer and those below
 LAYERS = {"base": 0, "store": 1, "providers": 2, "retrieval": 3, "ingest": 3, "chat": 4,
           "top": 5}

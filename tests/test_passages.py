@@ -177,3 +177,10 @@ def test_a_heading_s_closing_hashes_and_padding_are_not_its_text():
     assert [(b.kind, b.plain) for b in blocks] == [
         ("h", "Tools"), ("h", "C#"), ("h", "a b")]
     assert "<h" in mg.markdown_html("# a" + " " * 1500 + "b")
+
+
+def test_strong_emphasis_reads_as_both_not_stray_asterisks():
+    """'***both***' showed as strong '*both' and a stray '*' (section names, which read headings
+    with the same reader, were 'both' only by a second pass of their own)."""
+    assert mg.parse_inline("a ***both*** b") == [
+        mg.Segment("a "), mg.Segment("both", ("strong", "em")), mg.Segment(" b")]

@@ -27,6 +27,7 @@ from marginalia_core.ingest.extraction import (
     join_units,
     read_text,
 )
+from marginalia_core.markdown import parse_inline
 
 # A heading of this level or above starts a new section (its location in citations).
 SECTION_LEVEL = 3
@@ -60,16 +61,12 @@ _LIST_OR_QUOTE = re.compile(r"^ {0,3}([-*+>]|\d+[.)])(\s|$)")
 # its closing tag), or another tag on its own line (to the next blank line)
 _HTML_OPEN = re.compile(r"^ {0,3}(?:(<!--)|<(pre|script|style|textarea)\b|</?[A-Za-z][\w-]*(?:\s|/?>|$))",
                         re.IGNORECASE)
-# a heading's inline Markdown, left out of the name a citation shows: images and links (their
-# text kept), emphasis, strong and code marks; "_" only outside a word, as CommonMark reads it
-_INLINE_LINK = re.compile(r"!?\[([^\]]*)\](?:\([^)]*\)|\[[^\]]*\]|\{[^}]*\})?")
-_INLINE_CODE = re.compile(r"(`+)(.+?)\1")
-_INLINE_MARK = re.compile(  # a mark's text is bounded, so "*a*a*a…" costs linear time
-    r"(\*\*|\*|~~|\^|~|(?<!\w)__|(?<!\w)_)(?=\S)(.{1,120}?)(?<=\S)\1(?!\w)")
-_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~^$&])")
+# what a heading may carry past CommonMark's inline marks, left out of its section's name:
+# pandoc's attributes, bracketed spans and reference links, strike/super/subscript; HTML tags
 _ATTRIBUTES = re.compile(r"\s*\{[#.][^{}]*\}\s*$|\s*\{-\}\s*$")  # pandoc's {#id .class}
+_BRACKETED = re.compile(r"\[([^\]]*)\](?:\[[^\]]*\]|\{[^}]*\})")
+_PANDOC_MARK = re.compile(r"(~~|\^|~)(?=\S)([^~^]{1,120}?)(?<=\S)\1(?!\w)")
 _HTML_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
-_ASIDE = 0xE000  # private-use characters hold what stands aside
 _NOTE_ID = re.compile(r"^(footnote|endnote)-(\d+)$")
 
 
@@ -88,24 +85,17 @@ def _collapse(text: str) -> str:
 
 
 def heading_name(text: str) -> str:
-    """A heading as a citation names it ("section ‘Level 2 with emphasis’"): its words
-    without the inline Markdown, HTML and pandoc attributes a heading's text may carry
-    ("Level 2 with *emphasis* {#sec-2}")."""
-    kept: list[str] = []  # code spans and escaped characters stand aside while marks go
-
-    def aside(m: re.Match[str]) -> str:
-        kept.append(m.group(m.lastindex or 0))
-        return chr(_ASIDE + len(kept) - 1)
-
-    name = _INLINE_CODE.sub(aside, _collapse(text)[:2 * MAX_HEADING_NAME])
-    name = _ESCAPED.sub(aside, name)
-    name = _ATTRIBUTES.sub("", name)
-    name = _INLINE_LINK.sub(r"\1", _HTML_TAG.sub("", name))
-    for _ in range(3):  # nested marks: ***both***
-        name = _INLINE_MARK.sub(r"\2", name)
-    for n, piece in enumerate(kept):
-        name = name.replace(chr(_ASIDE + n), piece)
-    return _collapse(unescape(name))[:MAX_HEADING_NAME]
+    """A heading as a citation names it ("section ‘Level 2 with emphasis’"): the text the
+    margin shows for it (``markdown.parse_inline``), without the HTML tags, pandoc attributes,
+    spans and marks ("{#sec-2}", "[x]{.smallcaps}", "~~x~~") a heading may also carry."""
+    parts = []
+    for segment in parse_inline(_ATTRIBUTES.sub("", _collapse(text)[:2 * MAX_HEADING_NAME])):
+        if "code" in segment.styles:
+            parts.append(segment.text)
+            continue
+        plain = _BRACKETED.sub(r"\1", _HTML_TAG.sub("", segment.text))
+        parts.append(unescape(_PANDOC_MARK.sub(r"\2", plain)))
+    return _collapse("".join(parts))[:MAX_HEADING_NAME]
 
 
 def markdown_table(rows: list[list[str]]) -> str:

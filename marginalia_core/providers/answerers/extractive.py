@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from marginalia_core.citations import MARK_RE
+from marginalia_core.markdown import TABLE_ROW_RE, TABLE_RULE_RE, table_cells
 from marginalia_core.providers.answerers import selector
 from marginalia_core.providers.answerers.prompting import (
     NO_SOURCES_ANSWER,
@@ -121,10 +122,6 @@ ABBREVIATIONS = _wordset(
     "al cf approx eq eqs ref refs vol pp"  # papers: "Suganuma et al. (18) described …"
 )
 BULLET_RE = re.compile(r"^\s*(?:[-*•·▪‣]|\d{1,3}[.)]|[a-z][.)])\s+")
-# a Markdown table (Word, PowerPoint, OpenDocument, web pages): a row, the rule under the header
-TABLE_ROW_RE = re.compile(r"^\|(.*)\|$")
-TABLE_RULE_RE = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+$")
-TABLE_CELL_RE = re.compile(r"(?<!\\)\|")
 # a Markdown block quote's markers ("> ", "> > "); not "> 50 patients", a comparison
 QUOTE_MARK_RE = re.compile(r"^(?:>\s?)+(?=[^\W\d]|[\"'“‘*_(\[]|$)")
 PAGE_NUMBER_RE = re.compile(
@@ -240,8 +237,7 @@ def _join(left: str, right: str) -> str:
 
 
 def _cells(row: str) -> list[str]:
-    return [" ".join(c.replace("\\|", "|").split())
-            for c in TABLE_CELL_RE.split(TABLE_ROW_RE.match(row).group(1))]  # type: ignore[union-attr]
+    return [" ".join(c.replace("\\|", "|").split()) for c in table_cells(row)]
 
 
 def row_statement(header: list[str], cells: list[str]) -> str:
